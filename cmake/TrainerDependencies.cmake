@@ -1,0 +1,103 @@
+# Finds every external dependency once and exposes each as an imported target, so that lib/ modules
+# link exactly what they use. Order: LibTorch (wheel or archive), then the system packages.
+
+# ---- LibTorch ----
+# Given Torch_DIR or CMAKE_PREFIX_PATH (an unpacked LibTorch archive, or the wheel's prefix) it is used as is.
+# Otherwise ask Python where the torch wheel keeps its CMake files: the project venv first, then python3.
+find_package(Torch CONFIG QUIET)
+if(NOT Torch_FOUND)
+  set(_trainer_pythons "${PROJECT_SOURCE_DIR}/.venv/bin/python3" python3)
+  foreach(_py IN LISTS _trainer_pythons)
+    if(_py STREQUAL "python3")
+      find_program(_py_exe python3)
+    else()
+      set(_py_exe "${_py}")
+    endif()
+    if(_py_exe AND EXISTS "${_py_exe}")
+      execute_process(COMMAND "${_py_exe}" -c "import torch;print(torch.utils.cmake_prefix_path)"
+                      OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                      RESULT_VARIABLE _torch_rc ERROR_QUIET)
+      if(_torch_rc EQUAL 0 AND _torch_prefix)
+        message(STATUS "LibTorch from ${_py_exe}: ${_torch_prefix}")
+        list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+        break()
+      endif()
+    endif()
+    unset(_py_exe CACHE)
+  endforeach()
+  find_package(Torch CONFIG REQUIRED)
+endif()
+message(STATUS "LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
+
+# Torch's imported target carries its include dirs; build one interface target that adds CUDA when present.
+add_library(trainer_torch INTERFACE)
+target_link_libraries(trainer_torch INTERFACE ${TORCH_LIBRARIES})
+if(TARGET torch_cuda OR TARGET c10_cuda OR CUDA_FOUND OR CAFFE2_USE_CUDA)
+  set(TRAINER_WITH_CUDA ON)
+else()
+  set(TRAINER_WITH_CUDA OFF)
+endif()
+if(TRAINER_WITH_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    target_link_libraries(trainer_torch INTERFACE CUDA::cudart)
+    target_compile_definitions(trainer_torch INTERFACE TRAINER_WITH_CUDA=1)
+  else()
+    set(TRAINER_WITH_CUDA OFF)
+  endif()
+endif()
+message(STATUS "trainer: CUDA support ${TRAINER_WITH_CUDA}")
+
+# ---- OpenCV (core + imgproc only) ----
+find_package(OpenCV QUIET COMPONENTS core imgproc)
+add_library(trainer_opencv INTERFACE)
+if(OpenCV_FOUND)
+  target_link_libraries(trainer_opencv INTERFACE opencv_core opencv_imgproc)
+else()
+  # Debian/Ubuntu ship OpenCV's CMake config only with the full libopencv-dev; find the two libraries directly.
+  find_path(TRAINER_OPENCV_INCLUDE opencv2/core.hpp PATH_SUFFIXES opencv4 REQUIRED)
+  find_library(TRAINER_OPENCV_CORE opencv_core REQUIRED)
+  find_library(TRAINER_OPENCV_IMGPROC opencv_imgproc REQUIRED)
+  target_include_directories(trainer_opencv SYSTEM INTERFACE ${TRAINER_OPENCV_INCLUDE})
+  target_link_libraries(trainer_opencv INTERFACE ${TRAINER_OPENCV_IMGPROC} ${TRAINER_OPENCV_CORE})
+  message(STATUS "OpenCV (direct): ${TRAINER_OPENCV_CORE}")
+endif()
+
+# ---- JPEG: libjpeg-turbo (jpeglib for crop/scaled decode, turbojpeg for encode) ----
+find_package(JPEG REQUIRED)
+find_path(TRAINER_TURBOJPEG_INCLUDE turbojpeg.h REQUIRED)
+find_library(TRAINER_TURBOJPEG_LIB turbojpeg REQUIRED)
+add_library(trainer_jpeg INTERFACE)
+target_include_directories(trainer_jpeg SYSTEM INTERFACE ${TRAINER_TURBOJPEG_INCLUDE})
+target_link_libraries(trainer_jpeg INTERFACE JPEG::JPEG ${TRAINER_TURBOJPEG_LIB})
+
+find_package(PNG REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# ---- yaml-cpp (0.7 exports `yaml-cpp`, 0.8 `yaml-cpp::yaml-cpp`) ----
+find_package(yaml-cpp REQUIRED)
+add_library(trainer_yaml INTERFACE)
+if(TARGET yaml-cpp::yaml-cpp)
+  target_link_libraries(trainer_yaml INTERFACE yaml-cpp::yaml-cpp)
+else()
+  target_link_libraries(trainer_yaml INTERFACE yaml-cpp)
+endif()
+
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(Threads REQUIRED)
+
+# ---- git sha, for --version and run metadata ----
+execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                OUTPUT_VARIABLE TRAINER_GIT_SHA OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT TRAINER_GIT_SHA)
+  set(TRAINER_GIT_SHA "unknown")
+endif()
+
+# ---- one precompiled torch header, reused by every target that includes torch ----
+# Each torch TU costs ~20-40 s without it; the PCH is built once and shared with REUSE_FROM.
+function(trainer_use_torch_pch target)
+  if(TRAINER_USE_PCH)
+    target_precompile_headers(${target} REUSE_FROM trainer_torch_pch)
+  endif()
+endfunction()

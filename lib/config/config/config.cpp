@@ -1,0 +1,495 @@
+// YAML loading, --set overrides and printing, all driven by one schema table (fields_of) so that the
+// three agree. Errors name the file, line, key path and what is allowed, and throw ConfigError (exit 2).
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/strings.h"
+
+namespace trainer {
+namespace {
+
+// ---- schema ----
+
+enum class Kind { Int, Float, Bool, String, FloatList };
+
+struct Field {
+  std::string path;  // "optim.lr"
+  std::string doc;
+  Kind kind;
+  void* ptr;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool min_open = false;  // exclusive lower bound
+  bool max_open = false;
+  std::vector<std::string> choices;  // String: allowed values (empty = any)
+  size_t list_len = 0;                // FloatList: exact length (0 = any)
+};
+
+struct Range {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool min_open = false, max_open = false;
+};
+Range at_least(double v) { return {v, std::numeric_limits<double>::infinity(), false, false}; }
+Range above(double v) { return {v, std::numeric_limits<double>::infinity(), true, false}; }
+Range closed(double a, double b) { return {a, b, false, false}; }
+Range half_open(double a, double b) { return {a, b, false, true}; }
+
+class Schema {
+ public:
+  void add_int(const std::string& p, int64_t* v, const std::string& doc, Range r = {}) { add(p, Kind::Int, v, doc, r); }
+  void add_float(const std::string& p, double* v, const std::string& doc, Range r = {}) { add(p, Kind::Float, v, doc, r); }
+  void add_bool(const std::string& p, bool* v, const std::string& doc) { add(p, Kind::Bool, v, doc, {}); }
+  void add_string(const std::string& p, std::string* v, const std::string& doc, std::vector<std::string> choices = {}) {
+    add(p, Kind::String, v, doc, {});
+    fields.back().choices = std::move(choices);
+  }
+  void add_list(const std::string& p, std::vector<double>* v, const std::string& doc, size_t len = 0, Range r = {}) {
+    add(p, Kind::FloatList, v, doc, r);
+    fields.back().list_len = len;
+  }
+  std::vector<Field> fields;
+  std::map<std::string, std::string> section_docs;
+
+ private:
+  void add(const std::string& p, Kind k, void* v, const std::string& doc, Range r) {
+    Field f;
+    f.path = p;
+    f.doc = doc;
+    f.kind = k;
+    f.ptr = v;
+    f.min = r.min;
+    f.max = r.max;
+    f.min_open = r.min_open;
+    f.max_open = r.max_open;
+    fields.push_back(std::move(f));
+  }
+};
+
+// Every key a config may hold. Keep in the order of config.h.
+Schema fields_of(Config& c) {
+  Schema s;
+  s.section_docs["run"] = "where the run writes, seeds, device and logging";
+  s.add_string("run.name", &c.run.name, "run folder name under out_dir");
+  s.add_string("run.out_dir", &c.run.out_dir, "parent folder of run folders");
+  s.add_int("run.seed", &c.run.seed, "seeds weights, data order and augmentation", at_least(0));
+  s.add_string("run.device", &c.run.device, "where to train", {"auto", "cpu", "cuda"});
+  s.add_bool("run.deterministic", &c.run.deterministic, "deterministic kernels (cudnn.benchmark off)");
+  s.add_string("run.log_level", &c.run.log_level, "console and file log level",
+               {"trace", "debug", "info", "warn", "error"});
+  s.add_int("run.log_interval", &c.run.log_interval, "optimizer steps between log lines", at_least(1));
+
+  s.section_docs["model"] = "architecture, by registry name";
+  s.add_string("model.name", &c.model.name, "registry name, e.g. resnet50, vit_base_patch16_224");
+  s.add_int("model.num_classes", &c.model.num_classes, "classifier outputs", at_least(1));
+  s.add_int("model.in_chans", &c.model.in_chans, "input channels (1 = grayscale)", closed(1, 64));
+  s.add_bool("model.small_stem", &c.model.small_stem, "ResNet: 3x3 stride-1 stem without max-pool (28-64 px inputs)");
+  s.add_bool("model.zero_init_last", &c.model.zero_init_last, "ResNet: zero the last BN gamma of each block");
+  s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));
+  s.add_float("model.drop_path_rate", &c.model.drop_path_rate, "stochastic depth rate of the last block",
+              half_open(0, 1));
+  s.add_string("model.pretrained", &c.model.pretrained, "safetensors weights to start from (timm names), empty = none");
+  s.add_bool("model.channels_last", &c.model.channels_last, "NHWC memory format for model and input on CUDA");
+
+  s.section_docs["data"] = "dataset, batching and augmentation";
+  s.add_string("data.source", &c.data.source, "dataset kind", {"synthetic", "idx"});
+  s.add_string("data.root", &c.data.root, "dataset folder");
+  s.add_string("data.train_split", &c.data.train_split, "idx: file prefix of the training split");
+  s.add_string("data.eval_split", &c.data.eval_split, "idx: file prefix of the eval split, empty = no eval");
+  s.add_int("data.image_size", &c.data.image_size, "side of the model input in pixels", closed(8, 4096));
+  s.add_int("data.batch_size", &c.data.batch_size, "per-process batch size", closed(1, 1 << 20));
+  s.add_int("data.eval_batch_size", &c.data.eval_batch_size, "eval batch size, 0 = batch_size", closed(0, 1 << 20));
+  s.add_int("data.workers", &c.data.workers, "CPU data threads, -1 = cores - 2 (at least 1)", closed(-1, 1024));
+  s.add_int("data.prefetch", &c.data.prefetch, "batches prepared ahead of the train step", closed(1, 64));
+  s.add_bool("data.drop_last", &c.data.drop_last, "drop the last incomplete training batch");
+  s.add_list("data.mean", &c.data.mean, "per-channel mean on a 0..1 scale, empty = model default", 0, closed(0, 1));
+  s.add_list("data.std", &c.data.std, "per-channel std on a 0..1 scale, empty = model default", 0, above(0));
+  s.add_string("data.train_crop", &c.data.train_crop, "training crop", {"none", "pad_crop", "rrc"});
+  s.add_int("data.crop_pad", &c.data.crop_pad, "pad_crop: zero padding on each side", closed(0, 256));
+  s.add_float("data.hflip", &c.data.hflip, "probability of a horizontal flip", closed(0, 1));
+  s.add_list("data.rrc_scale", &c.data.rrc_scale, "rrc: range of the crop's area fraction", 2, closed(0, 1));
+  s.add_list("data.rrc_ratio", &c.data.rrc_ratio, "rrc: range of the crop's aspect ratio", 2, above(0));
+  s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
+  s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
+
+  s.section_docs["optim"] = "optimizer and learning-rate schedule";
+  s.add_string("optim.name", &c.optim.name, "optimizer", {"sgd", "adamw"});
+  s.add_float("optim.lr", &c.optim.lr, "peak learning rate", above(0));
+  s.add_float("optim.momentum", &c.optim.momentum, "sgd momentum", half_open(0, 1));
+  s.add_bool("optim.nesterov", &c.optim.nesterov, "sgd: Nesterov momentum");
+  s.add_float("optim.weight_decay", &c.optim.weight_decay, "weight decay (decoupled for adamw)", at_least(0));
+  s.add_list("optim.betas", &c.optim.betas, "adamw betas", 2, half_open(0, 1));
+  s.add_float("optim.eps", &c.optim.eps, "adamw epsilon", above(0));
+  s.add_bool("optim.wd_exclude_norm_bias", &c.optim.wd_exclude_norm_bias,
+             "no weight decay on norms, biases and the model's no_weight_decay names");
+  s.add_float("optim.clip_grad_norm", &c.optim.clip_grad_norm, "max global gradient norm, 0 = off", at_least(0));
+  s.add_string("optim.schedule", &c.optim.schedule, "learning-rate schedule after warmup",
+               {"constant", "cosine", "step", "multistep", "poly"});
+  s.add_float("optim.warmup_epochs", &c.optim.warmup_epochs, "linear warmup length in epochs", at_least(0));
+  s.add_float("optim.warmup_factor", &c.optim.warmup_factor, "warmup starts at lr * warmup_factor", closed(0, 1));
+  s.add_float("optim.min_lr", &c.optim.min_lr, "floor of cosine and poly", at_least(0));
+  s.add_float("optim.step_epochs", &c.optim.step_epochs, "step: decay every this many epochs", above(0));
+  s.add_list("optim.milestones", &c.optim.milestones, "multistep: epochs at which lr *= gamma", 0, at_least(0));
+  s.add_float("optim.gamma", &c.optim.gamma, "step/multistep decay factor", closed(0, 1));
+  s.add_float("optim.poly_power", &c.optim.poly_power, "poly exponent", above(0));
+
+  s.section_docs["train"] = "the training loop";
+  s.add_int("train.epochs", &c.train.epochs, "passes over the training set", closed(1, 100000));
+  s.add_int("train.max_steps", &c.train.max_steps, "stop after this many optimizer steps, 0 = no limit", at_least(0));
+  s.add_string("train.precision", &c.train.precision, "autocast precision on CUDA", {"bf16", "fp16", "fp32"});
+  s.add_int("train.accum_steps", &c.train.accum_steps, "micro-batches per optimizer step", closed(1, 1024));
+  s.add_float("train.label_smoothing", &c.train.label_smoothing, "cross-entropy label smoothing", half_open(0, 1));
+  s.add_int("train.eval_interval", &c.train.eval_interval, "evaluate every N epochs (and at the end), 0 = end only",
+            at_least(0));
+  s.add_bool("train.cudnn_benchmark", &c.train.cudnn_benchmark, "autotune convolutions for fixed shapes");
+
+  s.section_docs["bench"] = "`trainer bench`: timed steps on synthetic data";
+  s.add_int("bench.warmup_steps", &c.bench.warmup_steps, "untimed steps first", at_least(0));
+  s.add_int("bench.steps", &c.bench.steps, "timed steps", at_least(1));
+  return s;
+}
+
+// ---- value parsing ----
+
+const char* kind_name(const Field& f) {
+  switch (f.kind) {
+    case Kind::Int: return "an integer";
+    case Kind::Float: return "a number";
+    case Kind::Bool: return "true or false";
+    case Kind::String: return "a string";
+    case Kind::FloatList: return "a list of numbers";
+  }
+  return "?";
+}
+
+std::string describe_allowed(const Field& f) {
+  std::string s = kind_name(f);
+  if (f.kind == Kind::String && !f.choices.empty()) return "one of: " + join(f.choices, ", ");
+  if (f.kind == Kind::FloatList && f.list_len) s += str_cat(" of length ", f.list_len);
+  const bool has_min = std::isfinite(f.min), has_max = std::isfinite(f.max);
+  if (has_min || has_max) {
+    s += f.kind == Kind::FloatList ? ", each " : " ";
+    if (has_min && has_max)
+      s += str_cat("in ", f.min_open ? "(" : "[", f.min, ", ", f.max, f.max_open ? ")" : "]");
+    else if (has_min)
+      s += str_cat(f.min_open ? "> " : ">= ", f.min);
+    else
+      s += str_cat(f.max_open ? "< " : "<= ", f.max);
+  }
+  return s;
+}
+
+bool in_range(const Field& f, double v) {
+  if (std::isnan(v)) return false;
+  if (f.min_open ? !(v > f.min) : !(v >= f.min)) return false;
+  if (f.max_open ? !(v < f.max) : !(v <= f.max)) return false;
+  return true;
+}
+
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  try {
+    long long v = std::stoll(s, &pos, 10);
+    if (pos != s.size()) return false;
+    *out = v;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  try {
+    double v = std::stod(s, &pos);
+    if (pos != s.size()) return false;
+    *out = v;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  const std::string l = to_lower(s);
+  if (l == "true" || l == "yes" || l == "on") { *out = true; return true; }
+  if (l == "false" || l == "no" || l == "off") { *out = false; return true; }
+  return false;
+}
+
+// Where a value came from, for error messages: "configs/x.yaml:12" or "--set".
+struct Origin {
+  std::string where;
+  std::string render(const std::string& key) const { return str_cat(where, ": key '", key, "'"); }
+};
+
+[[noreturn]] void fail_value(const Origin& o, const Field& f, const std::string& got) {
+  throw ConfigError(str_cat(o.render(f.path), ": expected ", describe_allowed(f), ", got '", got, "'"));
+}
+
+// Sets a scalar field from its text. Lists take a vector of texts.
+void set_scalar(const Field& f, const std::string& text, const Origin& o) {
+  switch (f.kind) {
+    case Kind::Int: {
+      int64_t v;
+      if (!parse_int(text, &v) || !in_range(f, static_cast<double>(v))) fail_value(o, f, text);
+      *static_cast<int64_t*>(f.ptr) = v;
+      return;
+    }
+    case Kind::Float: {
+      double v;
+      if (!parse_double(text, &v) || !in_range(f, v)) fail_value(o, f, text);
+      *static_cast<double*>(f.ptr) = v;
+      return;
+    }
+    case Kind::Bool: {
+      bool v;
+      if (!parse_bool(text, &v)) fail_value(o, f, text);
+      *static_cast<bool*>(f.ptr) = v;
+      return;
+    }
+    case Kind::String: {
+      if (!f.choices.empty()) {
+        bool ok = false;
+        for (const auto& c : f.choices) ok = ok || c == text;
+        if (!ok) fail_value(o, f, text);
+      }
+      *static_cast<std::string*>(f.ptr) = text;
+      return;
+    }
+    case Kind::FloatList:
+      break;
+  }
+  fail_value(o, f, text);
+}
+
+void set_list(const Field& f, const std::vector<std::string>& items, const Origin& o) {
+  std::vector<double> out;
+  for (const auto& it : items) {
+    double v;
+    if (!parse_double(it, &v) || !in_range(f, v)) fail_value(o, f, "[" + join(items, ", ") + "]");
+    out.push_back(v);
+  }
+  if (f.list_len && out.size() != f.list_len) fail_value(o, f, "[" + join(items, ", ") + "]");
+  *static_cast<std::vector<double>*>(f.ptr) = out;
+}
+
+const Field* find_field(const Schema& s, const std::string& path) {
+  for (const auto& f : s.fields)
+    if (f.path == path) return &f;
+  return nullptr;
+}
+
+// Keys directly below `prefix` ("" = top level): sections and fields.
+std::vector<std::string> children_of(const Schema& s, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& f : s.fields) {
+    if (!prefix.empty() && !starts_with(f.path, prefix + ".")) continue;
+    std::string rest = prefix.empty() ? f.path : f.path.substr(prefix.size() + 1);
+    std::string head = rest.substr(0, rest.find('.'));
+    if (seen.insert(head).second) out.push_back(head);
+  }
+  return out;
+}
+
+bool is_section(const Schema& s, const std::string& path) {
+  for (const auto& f : s.fields)
+    if (starts_with(f.path, path + ".")) return true;
+  return false;
+}
+
+// ---- YAML ----
+
+std::string where(const std::string& file, const YAML::Node& n) {
+  return str_cat(file, ":", n.Mark().line + 1);
+}
+
+void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, const std::string& file) {
+  if (!node.IsMap()) {
+    throw ConfigError(str_cat(where(file, node), ": ", prefix.empty() ? "the top level" : "key '" + prefix + "'",
+                              " must be a mapping of keys (allowed: ", join(children_of(s, prefix), ", "), ")"));
+  }
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    const YAML::Node& value = it->second;
+    if (const Field* f = find_field(s, path)) {
+      Origin o{where(file, it->first)};
+      if (f->kind == Kind::FloatList) {
+        std::vector<std::string> items;
+        if (value.IsSequence()) {
+          for (const auto& v : value) {
+            if (!v.IsScalar()) fail_value(o, *f, "a nested value");
+            items.push_back(v.Scalar());
+          }
+        } else if (value.IsNull()) {
+          // an empty value means an empty list
+        } else {
+          fail_value(o, *f, value.IsScalar() ? value.Scalar() : std::string("a mapping"));
+        }
+        set_list(*f, items, o);
+      } else if (value.IsScalar()) {
+        set_scalar(*f, value.Scalar(), o);
+      } else if (value.IsNull() && f->kind == Kind::String) {
+        set_scalar(*f, "", o);
+      } else {
+        fail_value(o, *f, value.IsSequence() ? "a list" : value.IsMap() ? "a mapping" : "nothing");
+      }
+    } else if (is_section(s, path)) {
+      load_node(s, value, path, file);
+    } else {
+      throw ConfigError(str_cat(where(file, it->first), ": unknown key '", path, "' (allowed",
+                                prefix.empty() ? "" : " in '" + prefix + "'", ": ",
+                                join(children_of(s, prefix), ", "), ")"));
+    }
+  }
+}
+
+void emit_value(std::ostringstream& os, const Field& f) {
+  switch (f.kind) {
+    case Kind::Int: os << *static_cast<int64_t*>(f.ptr); break;
+    case Kind::Float: {
+      double v = *static_cast<double*>(f.ptr);
+      os << strprintf("%.17g", v);
+      if (v == std::floor(v) && std::fabs(v) < 1e15) os << ".0";
+      break;
+    }
+    case Kind::Bool: os << (*static_cast<bool*>(f.ptr) ? "true" : "false"); break;
+    case Kind::String: {
+      YAML::Emitter e;
+      e << YAML::DoubleQuoted << *static_cast<std::string*>(f.ptr);
+      os << e.c_str();
+      break;
+    }
+    case Kind::FloatList: {
+      const auto& v = *static_cast<std::vector<double>*>(f.ptr);
+      os << "[";
+      for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << strprintf("%.17g", v[i]);
+      os << "]";
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void apply_override(Config& cfg, const std::string& assignment) {
+  Schema s = fields_of(cfg);
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(str_cat("--set ", assignment, ": expected key.path=value"));
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string text = trim(assignment.substr(eq + 1));
+  const Field* f = find_field(s, key);
+  if (!f) {
+    std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
+    if (!parent.empty() && !is_section(s, parent)) parent.clear();
+    std::vector<std::string> allowed;
+    for (const auto& c : children_of(s, parent)) allowed.push_back(parent.empty() ? c : parent + "." + c);
+    throw ConfigError(str_cat("--set: unknown key '", key, "' (allowed: ", join(allowed, ", "), ")"));
+  }
+  Origin o{"--set"};
+  if (f->kind == Kind::FloatList) {
+    // Accept "[a, b]", "a,b" or "" (empty list).
+    std::string body = text;
+    if (!body.empty() && body.front() == '[') {
+      if (body.back() != ']') fail_value(o, *f, text);
+      body = body.substr(1, body.size() - 2);
+    }
+    std::vector<std::string> items;
+    if (!trim(body).empty())
+      for (const auto& p : split(body, ',')) items.push_back(trim(p));
+    set_list(*f, items, o);
+  } else {
+    std::string v = text;
+    if (f->kind == Kind::String && v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
+    set_scalar(*f, v, o);
+  }
+}
+
+void validate_config(const Config& c, const std::string& origin) {
+  auto fail = [&](const std::string& key, const std::string& msg) {
+    throw ConfigError(str_cat(origin, ": key '", key, "': ", msg));
+  };
+  if (!c.data.mean.empty() && c.data.mean.size() != static_cast<size_t>(c.model.in_chans))
+    fail("data.mean", str_cat("expected ", c.model.in_chans, " values (model.in_chans), got ", c.data.mean.size()));
+  if (!c.data.std.empty() && c.data.std.size() != static_cast<size_t>(c.model.in_chans))
+    fail("data.std", str_cat("expected ", c.model.in_chans, " values (model.in_chans), got ", c.data.std.size()));
+  if (c.data.rrc_scale[0] > c.data.rrc_scale[1])
+    fail("data.rrc_scale", "expected [low, high] with low <= high");
+  if (c.data.rrc_ratio[0] > c.data.rrc_ratio[1])
+    fail("data.rrc_ratio", "expected [low, high] with low <= high");
+  for (size_t i = 1; i < c.optim.milestones.size(); ++i)
+    if (c.optim.milestones[i] < c.optim.milestones[i - 1]) fail("optim.milestones", "expected increasing epochs");
+  if (c.optim.warmup_epochs > static_cast<double>(c.train.epochs))
+    fail("optim.warmup_epochs", str_cat("expected at most train.epochs (", c.train.epochs, ")"));
+  if (c.run.name.empty() || c.run.name.find('/') != std::string::npos)
+    fail("run.name", "expected a non-empty folder name without '/'");
+  if (c.data.source != "synthetic" && c.data.root.empty()) fail("data.root", "expected a dataset folder");
+}
+
+Config config_from_overrides(const std::vector<std::string>& overrides) {
+  Config c;
+  for (const auto& o : overrides) apply_override(c, o);
+  validate_config(c, overrides.empty() ? "defaults" : "--set");
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  {
+    std::ifstream probe(path);
+    if (!probe) throw ConfigError(str_cat(path, ": cannot open the config file (missing or unreadable)"));
+  }
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(str_cat(path, ":", e.mark.line + 1, ": invalid YAML: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(str_cat(path, ": cannot read: ", e.what()));
+  }
+  Schema s = fields_of(c);
+  if (root.IsDefined() && !root.IsNull()) load_node(s, root, "", path);
+  for (const auto& o : overrides) apply_override(c, o);
+  validate_config(c, path);
+  return c;
+}
+
+std::string config_to_yaml(const Config& cfg, bool with_docs) {
+  Config copy = cfg;
+  Schema s = fields_of(copy);
+  std::ostringstream os;
+  std::string section;
+  for (const auto& f : s.fields) {
+    const std::string sec = f.path.substr(0, f.path.find('.'));
+    if (sec != section) {
+      if (!section.empty()) os << "\n";
+      section = sec;
+      os << sec << ":";
+      if (with_docs) os << "  # " << s.section_docs[sec];
+      os << "\n";
+    }
+    os << "  " << f.path.substr(sec.size() + 1) << ": ";
+    emit_value(os, f);
+    if (with_docs) os << "  # " << f.doc << " (" << describe_allowed(f) << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace trainer

@@ -1,0 +1,112 @@
+// The resolved configuration of a run: one plain struct per module, every field with a default.
+// YAML is parsed only here (config.cpp); modules receive their struct. The user-facing docs, types and
+// allowed ranges of every key live in one schema table in config.cpp, which drives loading, `--set`,
+// `--print-config` and the error messages, so the three can never disagree.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct RunConfig {
+  std::string name = "default";       // run folder name under out_dir
+  std::string out_dir = "runs";       // parent of run folders
+  int64_t seed = 0;                   // seeds weights, data order and augmentation
+  std::string device = "auto";        // auto | cpu | cuda
+  bool deterministic = false;         // deterministic kernels, cudnn.benchmark off
+  std::string log_level = "info";     // trace | debug | info | warn | error
+  int64_t log_interval = 50;          // optimizer steps between log lines
+};
+
+struct ModelConfig {
+  std::string name = "resnet18";      // registry name, e.g. resnet50, vit_base_patch16_224
+  int64_t num_classes = 10;           // classifier outputs
+  int64_t in_chans = 1;               // input channels (1 = grayscale)
+  bool small_stem = true;             // ResNet: 3x3 stride-1 stem, no max-pool (28-64 px inputs)
+  bool zero_init_last = true;         // ResNet: zero the last BN gamma of each block
+  double drop_rate = 0.0;             // dropout before the classifier
+  double drop_path_rate = 0.0;        // stochastic depth, linearly increasing over blocks
+  std::string pretrained;             // safetensors file to load (timm/torchvision names), empty = none
+  bool channels_last = true;          // NHWC memory format for model and input (CUDA)
+};
+
+struct DataConfig {
+  std::string source = "idx";         // synthetic | idx
+  std::string root = "/usr/share/datasets/fashion-mnist";  // dataset folder
+  std::string train_split = "train";  // idx: file prefix of the training split
+  std::string eval_split = "t10k";    // idx: file prefix of the evaluation split ("" = no eval)
+  int64_t image_size = 28;            // side of the model input, pixels
+  int64_t batch_size = 256;           // per-process batch
+  int64_t eval_batch_size = 0;        // 0 = batch_size
+  int64_t workers = -1;               // CPU data threads, -1 = cores - 2 (at least 1)
+  int64_t prefetch = 2;               // batches prepared ahead of the train step
+  bool drop_last = true;              // drop the last incomplete train batch
+  std::vector<double> mean;           // per-channel normalisation (0..1 scale), empty = model default
+  std::vector<double> std;            // per-channel std, empty = model default
+  std::string train_crop = "pad_crop";  // none | pad_crop | rrc (RandomResizedCrop)
+  int64_t crop_pad = 4;               // pad_crop: zero padding on each side before a random crop
+  double hflip = 0.5;                 // probability of a horizontal flip
+  std::vector<double> rrc_scale = {0.08, 1.0};            // rrc: area fraction range
+  std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};  // rrc: aspect-ratio range
+  int64_t synthetic_samples = 10000;  // synthetic: images per epoch
+  bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
+};
+
+struct OptimConfig {
+  std::string name = "sgd";           // sgd | adamw
+  double lr = 0.1;                    // peak learning rate
+  double momentum = 0.9;              // sgd momentum
+  bool nesterov = true;               // sgd: Nesterov momentum
+  double weight_decay = 5e-4;         // decoupled for adamw, L2 for sgd
+  std::vector<double> betas = {0.9, 0.999};  // adamw betas
+  double eps = 1e-8;                  // adamw epsilon
+  bool wd_exclude_norm_bias = true;   // no weight decay on norms, biases and the model's no_weight_decay()
+  double clip_grad_norm = 0.0;        // max global grad norm, 0 = off
+  std::string schedule = "cosine";    // constant | cosine | step | multistep | poly
+  double warmup_epochs = 0.0;         // linear warmup length, epochs (fractions allowed)
+  double warmup_factor = 0.01;        // warmup starts at lr * warmup_factor
+  double min_lr = 0.0;                // floor of cosine / poly
+  double step_epochs = 30.0;          // step: decay every this many epochs
+  std::vector<double> milestones = {30.0, 60.0, 90.0};  // multistep: epochs
+  double gamma = 0.1;                 // step / multistep decay factor
+  double poly_power = 1.0;            // poly exponent
+};
+
+struct TrainConfig {
+  int64_t epochs = 10;                // passes over the training set
+  int64_t max_steps = 0;              // stop after this many optimizer steps, 0 = no limit
+  std::string precision = "bf16";     // bf16 | fp16 | fp32 (autocast on CUDA; CPU runs fp32 unless bf16 forced)
+  int64_t accum_steps = 1;            // micro-batches per optimizer step
+  double label_smoothing = 0.0;       // cross-entropy label smoothing
+  int64_t eval_interval = 1;          // evaluate every N epochs (and at the end), 0 = only at the end
+  bool cudnn_benchmark = true;        // autotune convolutions (off in deterministic mode)
+};
+
+struct BenchConfig {
+  int64_t warmup_steps = 20;          // steps run before timing starts
+  int64_t steps = 100;                // timed steps
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+  BenchConfig bench;
+};
+
+// Loads `path` (YAML) over the defaults, then applies `overrides` ("a.b=value", as from --set). Every
+// problem throws ConfigError naming the file, line, key path and what is allowed. Writes nothing.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The defaults plus overrides (no file).
+Config config_from_overrides(const std::vector<std::string>& overrides);
+// Parses one "a.b=value" and applies it to cfg.
+void apply_override(Config& cfg, const std::string& assignment);
+// Cross-field checks (e.g. mean and std the same length); throws ConfigError.
+void validate_config(const Config& cfg, const std::string& origin);
+// The resolved config as YAML that load_config reads back; with_docs adds a comment per key.
+std::string config_to_yaml(const Config& cfg, bool with_docs = false);
+
+}  // namespace trainer

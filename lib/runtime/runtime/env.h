@@ -1,0 +1,44 @@
+// The torch-level environment of a run: which device, seeds, deterministic mode, and the version report
+// printed by `trainer --version` and stored with benchmark results.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;          // "NVIDIA H200"
+  double memory_gib = 0;     // total device memory
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+};
+
+struct EnvInfo {
+  std::string trainer_version;  // "0.1.0"
+  std::string git_sha;          // short commit of the build
+  std::string torch_version;    // "2.11.0"
+  bool cuda_built = false;      // LibTorch built with CUDA
+  std::string cuda_runtime;     // "13.0", empty without CUDA
+  std::string cuda_driver;      // driver's CUDA version, empty when no driver
+  std::string cudnn;            // "9.19.0"
+  std::string nccl;             // "2.28.9"
+  std::string compiler;         // "GNU 12.2.0"
+  std::vector<GpuInfo> gpus;
+};
+
+EnvInfo query_env();
+std::string format_env(const EnvInfo& env);  // the multi-line --version text
+
+bool cuda_available();
+// "auto" -> cuda:0 when a GPU is there, else cpu; "cuda" without a GPU throws with a hint.
+torch::Device select_device(const std::string& choice, int local_rank = 0);
+// Seeds torch's CPU and CUDA generators.
+void seed_all(uint64_t seed);
+// Deterministic algorithms on, cudnn.benchmark off; or cudnn.benchmark per `benchmark`.
+void set_determinism(bool deterministic, bool cudnn_benchmark);
+
+}  // namespace trainer

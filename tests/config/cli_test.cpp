@@ -1,0 +1,98 @@
+// Command-line parsing, and the real binary's exit codes: 2 for any bad config or option, nothing written.
+#include <gtest/gtest.h>
+
+#include "config/cli.h"
+#include "core/check.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+const std::vector<CommandSpec> kCmds = {{"train", "t"}, {"bench", "b"}};
+
+CommandLine parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "trainer");
+  return parse_command_line(static_cast<int>(args.size()), args.data(), kCmds);
+}
+
+TEST(Cli, DefaultsToTrain) {
+  const CommandLine cl = parse({"--config", "x.yaml", "--set", "a.b=1", "--set=c.d=2"});
+  EXPECT_EQ(cl.command, "train");
+  EXPECT_EQ(cl.config_path, "x.yaml");
+  EXPECT_EQ(cl.overrides, (std::vector<std::string>{"a.b=1", "c.d=2"}));
+}
+
+TEST(Cli, CommandAndFlags) {
+  const CommandLine cl = parse({"bench", "--config=y.yaml", "--print-config", "--docs"});
+  EXPECT_EQ(cl.command, "bench");
+  EXPECT_EQ(cl.config_path, "y.yaml");
+  EXPECT_TRUE(cl.print_config);
+  EXPECT_TRUE(cl.docs);
+}
+
+TEST(Cli, Errors) {
+  EXPECT_THROW(parse({"fly"}), ConfigError);
+  EXPECT_THROW(parse({"--config"}), ConfigError);
+  EXPECT_THROW(parse({"--bogus"}), ConfigError);
+}
+
+// ---- the binary ----
+
+std::string trainer_cmd(const std::string& args) { return test::shell_quote(test::trainer_binary()) + " " + args; }
+
+TEST(Binary, BadConfigsExitTwoAndWriteNothing) {
+  test::TempDir dir;
+  const std::string out = dir.file("runs");
+  const std::string sets = " --set run.out_dir=" + out;
+  struct Case {
+    std::string yaml;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"model:\n  bogus: 1\n", "unknown key 'model.bogus'"},
+      {"data:\n  batch_size: big\n", "expected an integer"},
+      {"optim:\n  lr: 0\n", "'optim.lr'"},
+      {"train:\n  precision: fp4\n", "one of: bf16, fp16, fp32"},
+      {"a: [\n", "invalid YAML"},
+  };
+  for (const auto& c : cases) {
+    test::write_file(dir.file("bad.yaml"), c.yaml);
+    const auto r = test::run_command(trainer_cmd("--config " + dir.file("bad.yaml") + sets));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("bad.yaml"), std::string::npos) << r.output;
+    EXPECT_FALSE(test::path_exists(out)) << "a bad config wrote " << out;
+  }
+  auto r = test::run_command(trainer_cmd("--config " + dir.file("missing.yaml") + sets));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+  r = test::run_command(trainer_cmd("--set optim.lr=-1" + sets));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(trainer_cmd("--no-such-option"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(trainer_cmd("no-such-command"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_FALSE(test::path_exists(out));
+}
+
+TEST(Binary, PrintConfigAppliesOverrides) {
+  const auto r = test::run_command(trainer_cmd("--set optim.lr=0.25 --print-config"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("lr: 0.25"), std::string::npos) << r.output;
+}
+
+TEST(Binary, VersionNamesLibraries) {
+  const auto r = test::run_command(trainer_cmd("--version"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"trainer", "LibTorch 2.11", "CUDA", "cuDNN", "NCCL", "GPU"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << " missing in\n" << r.output;
+}
+
+TEST(Binary, HelpListsOnlyRealCommands) {
+  const auto r = test::run_command(trainer_cmd("--help"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("train"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainer

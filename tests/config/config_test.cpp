@@ -1,0 +1,157 @@
+// Every way a config can be wrong gets one clear error naming file, line, key and what is allowed.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "core/check.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+// Loads YAML text from a temp file; returns the ConfigError message ("" if it loaded).
+std::string load_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  test::TempDir dir;
+  const std::string path = dir.file("c.yaml");
+  test::write_file(path, yaml);
+  try {
+    load_config(path, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_has(const std::string& msg, const std::string& part) {
+  EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nmissing: " << part;
+}
+
+TEST(Config, LoadsValuesOverDefaults) {
+  test::TempDir dir;
+  test::write_file(dir.file("c.yaml"),
+                   "model:\n  name: resnet50\n  num_classes: 1000\noptim:\n  lr: 0.5\n  betas: [0.8, 0.99]\n"
+                   "data:\n  mean: [0.5]\n  std: [0.25]\n");
+  const Config c = load_config(dir.file("c.yaml"));
+  EXPECT_EQ(c.model.name, "resnet50");
+  EXPECT_EQ(c.model.num_classes, 1000);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.5);
+  EXPECT_EQ(c.optim.betas, (std::vector<double>{0.8, 0.99}));
+  EXPECT_EQ(c.data.mean, std::vector<double>{0.5});
+  EXPECT_EQ(c.data.batch_size, Config().data.batch_size);  // untouched keys keep their default
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  test::TempDir dir;
+  test::write_file(dir.file("c.yaml"), "");
+  const Config c = load_config(dir.file("c.yaml"));
+  EXPECT_EQ(c.model.name, Config().model.name);
+}
+
+TEST(Config, UnknownKeyNamesLineAndAllowedKeys) {
+  const std::string m = load_error("model:\n  name: resnet18\n  nmu_classes: 3\n");
+  expect_has(m, "c.yaml:3");
+  expect_has(m, "unknown key 'model.nmu_classes'");
+  expect_has(m, "num_classes");
+}
+
+TEST(Config, UnknownSection) {
+  const std::string m = load_error("modle:\n  name: x\n");
+  expect_has(m, "c.yaml:1");
+  expect_has(m, "unknown key 'modle'");
+  expect_has(m, "model");
+}
+
+TEST(Config, WrongTypeInt) {
+  const std::string m = load_error("data:\n  batch_size: many\n");
+  expect_has(m, "c.yaml:2");
+  expect_has(m, "'data.batch_size'");
+  expect_has(m, "expected an integer");
+  expect_has(m, "got 'many'");
+}
+
+TEST(Config, WrongTypeBoolAndFloat) {
+  expect_has(load_error("run:\n  deterministic: maybe\n"), "expected true or false");
+  expect_has(load_error("optim:\n  lr: fast\n"), "expected a number");
+  expect_has(load_error("optim:\n  lr: [1, 2]\n"), "got 'a list'");
+  expect_has(load_error("model:\n  name:\n    a: 1\n"), "got 'a mapping'");
+}
+
+TEST(Config, OutOfRange) {
+  const std::string m = load_error("optim:\n  lr: -0.1\n");
+  expect_has(m, "c.yaml:2");
+  expect_has(m, "'optim.lr'");
+  expect_has(m, "> 0");
+  expect_has(load_error("data:\n  batch_size: 0\n"), "in [1,");
+  expect_has(load_error("model:\n  drop_path_rate: 1.0\n"), "in [0, 1)");
+}
+
+TEST(Config, BadChoiceListsAllowed) {
+  const std::string m = load_error("train:\n  precision: fp8\n");
+  expect_has(m, "'train.precision'");
+  expect_has(m, "one of: bf16, fp16, fp32");
+}
+
+TEST(Config, ListLengthAndItems) {
+  expect_has(load_error("optim:\n  betas: [0.9]\n"), "of length 2");
+  expect_has(load_error("optim:\n  betas: [0.9, x]\n"), "'optim.betas'");
+}
+
+TEST(Config, SectionMustBeMapping) {
+  const std::string m = load_error("model: resnet50\n");
+  expect_has(m, "key 'model' must be a mapping");
+}
+
+TEST(Config, InvalidYamlNamesLine) {
+  const std::string m = load_error("model:\n  name: [unclosed\n");
+  expect_has(m, "c.yaml:");
+  expect_has(m, "invalid YAML");
+}
+
+TEST(Config, MissingFile) {
+  try {
+    load_config("/nonexistent/dir/x.yaml");
+    FAIL();
+  } catch (const ConfigError& e) {
+    expect_has(e.what(), "/nonexistent/dir/x.yaml");
+    expect_has(e.what(), "cannot open");
+  }
+}
+
+TEST(Config, CrossFieldChecks) {
+  expect_has(load_error("model:\n  in_chans: 3\ndata:\n  mean: [0.5]\n"), "'data.mean': expected 3 values");
+  expect_has(load_error("data:\n  rrc_scale: [0.9, 0.1]\n"), "'data.rrc_scale'");
+}
+
+TEST(Config, SetOverridesFileAndValidates) {
+  test::TempDir dir;
+  test::write_file(dir.file("c.yaml"), "optim:\n  lr: 0.5\n");
+  const Config c = load_config(dir.file("c.yaml"), {"optim.lr=0.25", "model.name=vit_tiny_patch16_224",
+                                                    "data.mean=[0.1]", "run.deterministic=true"});
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.25);
+  EXPECT_EQ(c.model.name, "vit_tiny_patch16_224");
+  EXPECT_EQ(c.data.mean, std::vector<double>{0.1});
+  EXPECT_TRUE(c.run.deterministic);
+  expect_has(load_error("", {"optim.lr=abc"}), "--set: key 'optim.lr': expected a number");
+  expect_has(load_error("", {"optim.lrr=1"}), "unknown key 'optim.lrr'");
+  expect_has(load_error("", {"optim.lrr=1"}), "optim.lr");
+  expect_has(load_error("", {"no_equals_sign"}), "expected key.path=value");
+}
+
+TEST(Config, PrintedYamlReadsBackIdentically) {
+  Config c = config_from_overrides({"optim.lr=0.123456789", "model.name=a \"quoted\" name", "data.std=[0.3]",
+                                    "optim.milestones=[]"});
+  test::TempDir dir;
+  test::write_file(dir.file("out.yaml"), config_to_yaml(c, /*with_docs=*/true));
+  const Config back = load_config(dir.file("out.yaml"));
+  EXPECT_EQ(config_to_yaml(back), config_to_yaml(c));
+  EXPECT_EQ(back.model.name, "a \"quoted\" name");
+  EXPECT_TRUE(back.optim.milestones.empty());
+}
+
+TEST(Config, DocsMentionEveryKey) {
+  const std::string docs = config_to_yaml(Config(), true);
+  expect_has(docs, "lr: 0.10000000000000001  # peak learning rate");
+  expect_has(docs, "precision: \"bf16\"  # autocast precision on CUDA (one of: bf16, fp16, fp32)");
+}
+
+}  // namespace
+}  // namespace trainer
