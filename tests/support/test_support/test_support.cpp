@@ -1,11 +1,17 @@
 #include "test_support/test_support.h"
 
+#include "core/fs.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -13,14 +19,14 @@
 namespace trainer::test {
 
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "trainer_test_XXXXXX").string();
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/trainer_test_XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
 }
 
 TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  fs::remove_tree(path_);
 }
 
 CommandResult run_command(const std::string& cmd) {
@@ -49,7 +55,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+bool path_exists(const std::string& path) { return fs::exists(path); }
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -58,6 +64,27 @@ std::string shell_quote(const std::string& s) {
     else out += c;
   }
   return out + "'";
+}
+
+std::string python_fixtures(const std::string& name, const std::string& script, const std::string& args) {
+  const std::string dir = fixtures_root() + "/" + name;
+  fs::make_dirs(dir);
+  const int lock = ::open((dir + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + dir);
+  // the stamp records the arguments, so a changed fixture list regenerates
+  const std::string stamp = dir + "/.done";
+  if (!fs::exists(stamp) || read_file(stamp) != script + args) {
+    const auto r = run_command(shell_quote(python()) + " " + shell_quote(source_dir() + "/" + script) + " " +
+                               shell_quote(dir) + " " + args);
+    if (r.exit_code != 0) {
+      ::close(lock);
+      ADD_FAILURE() << "fixture script " << script << " failed (is the venv set up? scripts/setup.sh):\n" << r.output;
+      return dir;
+    }
+    write_file(stamp, script + args);
+  }
+  ::close(lock);
+  return dir;
 }
 
 }  // namespace trainer::test

@@ -31,9 +31,15 @@ bool path_exists(const std::string& path);
 // Quotes a string for /bin/sh.
 std::string shell_quote(const std::string& s);
 
+// Fixtures made by a Python script (run with the project venv) into <build>/test_fixtures/<name>, once per
+// build: `script OUTDIR args` runs under a file lock, so parallel tests share one run. Fails the test (not
+// skips) when the script fails: the fixtures are part of the suite. Returns the folder.
+std::string python_fixtures(const std::string& name, const std::string& script, const std::string& args);
+
 // Paths compiled in by CMake.
 inline std::string python() { return TRAINER_TEST_PYTHON; }
 inline std::string source_dir() { return TRAINER_SOURCE_DIR; }
 inline std::string trainer_binary() { return TRAINER_BINARY; }
+inline std::string fixtures_root() { return TRAINER_TEST_FIXTURES; }
 
 }  // namespace trainer::test

@@ -1,0 +1,40 @@
+#include "models/classifier.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace trainer {
+
+int64_t ClassifierImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+torch::Tensor drop_path(const torch::Tensor& x, double p, bool training) {
+  if (p <= 0.0 || !training) return x;
+  const double keep = 1.0 - p;
+  std::vector<int64_t> shape(x.dim(), 1);
+  shape[0] = x.size(0);
+  auto mask = torch::empty(shape, x.options()).bernoulli_(keep);
+  return x * mask.div_(keep);
+}
+
+void to_channels_last(torch::nn::Module& model) {
+  torch::NoGradGuard ng;
+  for (auto& p : model.parameters())
+    if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  for (auto& b : model.buffers())
+    if (b.dim() == 4) b.set_data(b.contiguous(torch::MemoryFormat::ChannelsLast));
+}
+
+void trunc_normal_(torch::Tensor& t, double std) {
+  // inverse-CDF sampling, as torch.nn.init.trunc_normal_ does (no clamping spikes at the bounds)
+  torch::NoGradGuard ng;
+  const double a = -2.0, b = 2.0;
+  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  t.uniform_(2 * cdf(a) - 1, 2 * cdf(b) - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a * std, b * std);
+}
+
+}  // namespace trainer

@@ -1,0 +1,188 @@
+// ResNet as in timm/torchvision (v1.5: stride on the 3x3 conv), with drop-path and a small-image stem.
+#include "models/resnet.h"
+
+#include <torch/torch.h>
+
+#include "core/check.h"
+
+namespace trainer {
+namespace nn = torch::nn;
+
+namespace {
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t groups = 1) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).groups(groups).bias(false));
+}
+
+// 2 * MACs of a conv producing (cout, h_out, w_out)
+double conv_flops(int64_t cin, int64_t cout, int64_t k, int64_t groups, int64_t h_out, int64_t w_out) {
+  return 2.0 * static_cast<double>(cin / groups) * k * k * cout * h_out * w_out;
+}
+
+int64_t out_size(int64_t in, int64_t k, int64_t stride) { return (in + 2 * (k / 2) - k) / stride + 1; }
+
+// timm's init: kaiming-normal (fan_out, relu) convs, unit BN.
+void init_weights(nn::Module& m) {
+  for (auto& kv : m.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    if (auto* c = kv.value()->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* b = kv.value()->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(b->weight);
+      nn::init::zeros_(b->bias);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- block ----
+
+ResBlockImpl::ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool bottleneck, int64_t groups,
+                           int64_t base_width, double drop_path)
+    : bottleneck_(bottleneck), stride_(stride), drop_path_(drop_path) {
+  if (bottleneck) {
+    const int64_t width = planes * base_width / 64 * groups;
+    out_channels_ = planes * 4;
+    conv1_ = register_module("conv1", conv(inplanes, width, 1));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(width));
+    conv2_ = register_module("conv2", conv(width, width, 3, stride, groups));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(width));
+    conv3_ = register_module("conv3", conv(width, out_channels_, 1));
+    bn3_ = register_module("bn3", nn::BatchNorm2d(out_channels_));
+  } else {
+    TRAINER_CHECK(groups == 1 && base_width == 64, "BasicBlock supports only groups=1 and base_width=64");
+    out_channels_ = planes;
+    conv1_ = register_module("conv1", conv(inplanes, planes, 3, stride));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2_ = register_module("conv2", conv(planes, planes, 3));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+  }
+  if (stride != 1 || inplanes != out_channels_) {
+    downsample_ = register_module(
+        "downsample", nn::Sequential(conv(inplanes, out_channels_, 1, stride), nn::BatchNorm2d(out_channels_)));
+  }
+}
+
+torch::Tensor ResBlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = bn1_(conv1_(x)).relu_();
+  if (bottleneck_) {
+    y = bn2_(conv2_(y)).relu_();
+    y = bn3_(conv3_(y));
+  } else {
+    y = bn2_(conv2_(y));
+  }
+  y = drop_path(y, drop_path_, is_training());
+  torch::Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
+  return y.add_(shortcut).relu_();
+}
+
+void ResBlockImpl::zero_init_last() {
+  torch::NoGradGuard ng;
+  (bottleneck_ ? bn3_ : bn2_)->weight.zero_();
+}
+
+double ResBlockImpl::flops(int64_t h, int64_t w) const {
+  const int64_t ho = out_size(h, 3, stride_), wo = out_size(w, 3, stride_);
+  auto cf = [](const nn::Conv2d& c, int64_t hh, int64_t ww) {
+    const auto& o = c->options;
+    return conv_flops(o.in_channels(), o.out_channels(), (*o.kernel_size())[0], o.groups(), hh, ww);
+  };
+  double f = 0;
+  if (bottleneck_) {
+    f += cf(conv1_, h, w) + cf(conv2_, ho, wo) + cf(conv3_, ho, wo);
+  } else {
+    f += cf(conv1_, ho, wo) + cf(conv2_, ho, wo);
+  }
+  if (downsample_) {
+    f += conv_flops(conv1_->options.in_channels(), out_channels_, 1, 1, ho, wo);
+  }
+  return f;
+}
+
+// ---- network ----
+
+ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
+  TRAINER_CHECK(opt.layers.size() == 4, "ResNet needs 4 stages, got ", opt.layers.size());
+  const int64_t stem = 64;
+  conv1_ = register_module("conv1", opt.small_stem ? conv(opt.in_chans, stem, 3, 1) : conv(opt.in_chans, stem, 7, 2));
+  bn1_ = register_module("bn1", nn::BatchNorm2d(stem));
+  int64_t total_blocks = 0;
+  for (auto n : opt.layers) total_blocks += n;
+  int64_t inplanes = stem, block_idx = 0;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = 64 << stage;
+    nn::ModuleList layer;
+    for (int64_t i = 0; i < opt.layers[stage]; ++i) {
+      const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
+      const double dpr = total_blocks > 1 ? opt.drop_path_rate * block_idx / (total_blocks - 1) : 0.0;
+      ResBlock b(inplanes, planes, stride, opt.bottleneck, opt.groups, opt.base_width, dpr);
+      inplanes = b->out_channels();
+      layer->push_back(b);
+      blocks_.push_back(b);
+      ++block_idx;
+    }
+    register_module("layer" + std::to_string(stage + 1), layer);
+  }
+  num_features_ = inplanes;
+  fc_ = register_module("fc", nn::Linear(num_features_, opt.num_classes));
+  init_weights(*this);
+  if (opt.zero_init_last)
+    for (auto& b : blocks_) b->zero_init_last();
+}
+
+torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
+  torch::Tensor y = bn1_(conv1_(x)).relu_();
+  if (!opt_.small_stem) y = torch::max_pool2d(y, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+  for (auto& b : blocks_) y = b->forward(y);
+  return y;
+}
+
+torch::Tensor ResNetImpl::forward_head(const torch::Tensor& f, bool pre_logits) {
+  torch::Tensor y = f.mean({2, 3});
+  if (opt_.drop_rate > 0) y = torch::dropout(y, opt_.drop_rate, is_training());
+  if (pre_logits) return y;
+  return opt_.num_classes > 0 ? fc_(y) : y;
+}
+
+void ResNetImpl::reset_classifier(int64_t num_classes) {
+  opt_.num_classes = num_classes;
+  fc_ = replace_module("fc", nn::Linear(num_features_, std::max<int64_t>(num_classes, 1)));
+}
+
+double ResNetImpl::flops_per_image() const {
+  int64_t h = opt_.input_size, w = opt_.input_size;
+  double f = 0;
+  const int64_t k = opt_.small_stem ? 3 : 7, s = opt_.small_stem ? 1 : 2;
+  h = out_size(h, k, s);
+  w = out_size(w, k, s);
+  f += conv_flops(opt_.in_chans, 64, k, 1, h, w);
+  if (!opt_.small_stem) {
+    h = (h + 2 - 3) / 2 + 1;
+    w = (w + 2 - 3) / 2 + 1;
+  }
+  for (const auto& b : blocks_) {
+    f += b->flops(h, w);
+    // every stage but the first halves the grid in its first block
+    const int64_t ho = out_size(h, 3, b->options_stride()), wo = out_size(w, 3, b->options_stride());
+    h = ho;
+    w = wo;
+  }
+  f += 2.0 * num_features_ * opt_.num_classes;
+  return f;
+}
+
+DataDefaults ResNetImpl::data_defaults() const {
+  DataDefaults d;
+  d.input_size = opt_.input_size;
+  d.crop_pct = 0.875;
+  d.interpolation = "bilinear";
+  if (opt_.in_chans != 3) {
+    d.mean.assign(opt_.in_chans, 0.449);  // ImageNet's channel average
+    d.std.assign(opt_.in_chans, 0.226);
+  }
+  return d;
+}
+
+std::shared_ptr<ResNetImpl> make_resnet(const ResNetOptions& opt) { return std::make_shared<ResNetImpl>(opt); }
+
+}  // namespace trainer
