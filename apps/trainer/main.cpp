@@ -1,5 +1,5 @@
-// trainer: the command-line entry point. Wires modules together and maps errors to exit codes:
-// 0 success, 1 runtime failure, 2 bad config or command line (nothing written).
+// trainer: the command-line entry point. Loads the config, builds the parts, runs the command, exits.
+// Exit codes: 0 success, 1 runtime failure, 2 bad config or command line (then nothing is written).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -7,13 +7,19 @@
 #include "config/cli.h"
 #include "config/config.h"
 #include "core/check.h"
+#include "core/fs.h"
 #include "core/log.h"
+#include "engine/bench.h"
+#include "engine/trainer.h"
+#include "models/weights.h"
 #include "runtime/env.h"
 
 namespace {
 
 const std::vector<trainer::CommandSpec> kCommands = {
     {"train", "train a model from a config (the default command)"},
+    {"eval", "evaluate --weights W on the config's eval split (top-1, top-5, loss)"},
+    {"bench", "time training steps on synthetic data resident on the device; --out FILE writes JSON"},
 };
 
 int run(int argc, char** argv) {
@@ -33,8 +39,30 @@ int run(int argc, char** argv) {
     std::cout << config_to_yaml(cfg, cl.docs);
     return 0;
   }
+  if (cl.command == "eval" && cl.weights.empty()) throw ConfigError("eval needs --weights FILE");
   log::set_level(log::parse_level(cfg.run.log_level));
-  TRAINER_FAIL("the train command needs the engine module, which is not built yet");
+
+  RunContext ctx;
+  ctx.device = select_device(cfg.run.device);
+
+  if (cl.command == "bench") {
+    const BenchResult r = run_bench(cfg, ctx);
+    std::cout << r.json << std::endl;
+    if (!cl.out.empty()) fs::write_text_atomic(cl.out, r.json + "\n");
+    return 0;
+  }
+  if (cl.command == "eval") {
+    Trainer t(cfg, ctx);
+    load_weights(*t.model(), cl.weights, LoadMode::strict);
+    const EvalResult e = t.evaluate();
+    TRAINER_CHECK(e.samples > 0, "nothing to evaluate: data.eval_split is empty");
+    std::cout << strprintf("eval %s: top1 %.2f%% top5 %.2f%% loss %.4f on %lld images\n", cl.weights.c_str(), e.top1,
+                           e.top5, e.loss, static_cast<long long>(e.samples));
+    return 0;
+  }
+  Trainer t(cfg, ctx);
+  t.fit();
+  return 0;
 }
 
 }  // namespace

@@ -119,6 +119,8 @@ Schema fields_of(Config& c) {
   s.add_float("data.hflip", &c.data.hflip, "probability of a horizontal flip", closed(0, 1));
   s.add_list("data.rrc_scale", &c.data.rrc_scale, "rrc: range of the crop's area fraction", 2, closed(0, 1));
   s.add_list("data.rrc_ratio", &c.data.rrc_ratio, "rrc: range of the crop's aspect ratio", 2, above(0));
+  s.add_int("data.train_limit", &c.data.train_limit, "use only the first N training samples, 0 = all", at_least(0));
+  s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
 

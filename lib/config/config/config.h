@@ -49,6 +49,8 @@ struct DataConfig {
   double hflip = 0.5;                 // probability of a horizontal flip
   std::vector<double> rrc_scale = {0.08, 1.0};            // rrc: area fraction range
   std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};  // rrc: aspect-ratio range
+  int64_t train_limit = 0;            // use only the first N training samples, 0 = all
+  int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
 };

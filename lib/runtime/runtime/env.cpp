@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 
 #ifdef TRAINER_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 namespace torch::cuda::nccl {
 std::uint64_t version();  // libtorch_cuda (torch/csrc/cuda/nccl.h, which drags in nccl.h)
@@ -106,6 +107,30 @@ void set_determinism(bool deterministic, bool cudnn_benchmark) {
   ctx.setDeterministicAlgorithms(deterministic, /*warn_only=*/false);
   ctx.setDeterministicCuDNN(deterministic);
   ctx.setBenchmarkCuDNN(!deterministic && cudnn_benchmark);
+}
+
+void synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+GpuMemory gpu_memory(torch::Device device) {
+  GpuMemory m;
+#ifdef TRAINER_WITH_CUDA
+  if (!device.is_cuda()) return m;
+  const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const size_t all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  m.allocated_gib = st.allocated_bytes[all].current / kGiB;
+  m.reserved_gib = st.reserved_bytes[all].current / kGiB;
+  m.peak_gib = st.allocated_bytes[all].peak / kGiB;
+#endif
+  return m;
+}
+
+void reset_peak_memory(torch::Device device) {
+#ifdef TRAINER_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
 }
 
 }  // namespace trainer

@@ -41,4 +41,14 @@ void seed_all(uint64_t seed);
 // Deterministic algorithms on, cudnn.benchmark off; or cudnn.benchmark per `benchmark`.
 void set_determinism(bool deterministic, bool cudnn_benchmark);
 
+struct GpuMemory {
+  double allocated_gib = 0;  // live tensors now
+  double reserved_gib = 0;   // held by the caching allocator
+  double peak_gib = 0;       // max allocated since the last reset
+};
+// Waits for all work on `device` (no-op on CPU). Not for the hot loop.
+void synchronize(torch::Device device);
+GpuMemory gpu_memory(torch::Device device);  // zeros on CPU
+void reset_peak_memory(torch::Device device);
+
 }  // namespace trainer

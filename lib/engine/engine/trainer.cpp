@@ -1,0 +1,279 @@
+#include "engine/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "data/idx.h"
+#include "engine/run_dir.h"
+#include "models/registry.h"
+#include "models/weights.h"
+#include "runtime/env.h"
+
+namespace trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg), ctx_(ctx) {
+  precision_ = parse_precision(cfg.train.precision);
+  if (!ctx_.device.is_cuda() && precision_ == Precision::fp16) {
+    log::warn("fp16 autocast needs CUDA; training in fp32 on the CPU");
+    precision_ = Precision::fp32;
+  }
+  if (!ctx_.device.is_cuda() && precision_ == Precision::bf16) precision_ = Precision::fp32;  // CPU: fp32
+  seed_all(cfg.run.seed);
+  set_determinism(cfg.run.deterministic, cfg.train.cudnn_benchmark);
+
+  // ---- model ----
+  model_ = create_model(cfg.model, cfg.data.image_size);
+  model_->to(ctx_.device);
+  if (ctx_.device.is_cuda() && cfg.model.channels_last) to_channels_last(*model_);
+
+  // ---- data ----
+  if (with_data) build_data();
+
+  // ---- optimizer, scaler, schedule ----
+  auto groups = make_param_groups(*model_, cfg.optim.weight_decay, cfg.optim.wd_exclude_norm_bias,
+                                  model_->no_weight_decay());
+  optimizer_ = std::make_unique<Optimizer>(std::move(groups), cfg.optim);
+  scaler_ = std::make_unique<GradScaler>(ctx_.device, precision_ == Precision::fp16);
+  const int64_t batches = train_loader_ ? train_loader_->batches_per_epoch() : 1000;
+  const int64_t steps_per_epoch = std::max<int64_t>(batches / cfg.train.accum_steps, 1);
+  schedule_ = std::make_unique<LrSchedule>(cfg.optim, steps_per_epoch, steps_per_epoch * cfg.train.epochs,
+                                           cfg.optim.lr);
+  auto f = torch::TensorOptions().dtype(torch::kFloat32).device(ctx_.device);
+  loss_sum_ = torch::zeros({}, f);
+  loss_count_ = torch::zeros({}, f);
+  skipped_ = torch::zeros({}, f);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_data() {
+  const DataConfig& d = cfg_.data;
+  const DataDefaults defaults = model_->data_defaults();
+  InMemoryDataset train, eval;
+  bool have_eval = false;
+  if (d.source == "idx") {
+    train = load_idx_split(d.root, d.train_split);
+    if (!d.eval_split.empty()) {
+      eval = load_idx_split(d.root, d.eval_split);
+      have_eval = true;
+    }
+  } else if (d.source == "synthetic") {
+    train = make_synthetic(d.synthetic_samples, d.image_size, cfg_.model.in_chans, cfg_.model.num_classes,
+                           cfg_.run.seed);
+    eval = make_synthetic(std::max<int64_t>(d.synthetic_samples / 10, 1), d.image_size, cfg_.model.in_chans,
+                          cfg_.model.num_classes, cfg_.run.seed + 1);
+    have_eval = true;
+  } else {
+    throw ConfigError(str_cat("key 'data.source': unsupported source '", d.source, "'"));
+  }
+  auto limit = [](InMemoryDataset& ds, int64_t n) {
+    if (n > 0 && n < ds.images.size(0)) {
+      ds.images = ds.images.narrow(0, 0, n).contiguous();
+      ds.labels = ds.labels.narrow(0, 0, n).contiguous();
+    }
+  };
+  limit(train, d.train_limit);
+  if (have_eval) limit(eval, d.eval_limit);
+  TRAINER_CHECK(train.images.size(3) == cfg_.model.in_chans, "the training images have ", train.images.size(3),
+                " channel(s) but model.in_chans is ", cfg_.model.in_chans);
+  TRAINER_CHECK(train.num_classes <= cfg_.model.num_classes, "the labels go up to ", train.num_classes - 1,
+                " but model.num_classes is ", cfg_.model.num_classes);
+
+  MemoryLoaderOptions o;
+  o.batch_size = d.batch_size;
+  o.seed = cfg_.run.seed;
+  o.rank = ctx_.rank;
+  o.world_size = ctx_.world_size;
+  o.drop_last = d.drop_last;
+  o.crop = d.train_crop;
+  o.crop_pad = d.crop_pad;
+  o.hflip = d.hflip;
+  o.image_size = d.image_size;
+  o.mean = d.mean.empty() ? defaults.mean : d.mean;
+  o.std = d.std.empty() ? defaults.std : d.std;
+  o.channels_last = ctx_.device.is_cuda() && cfg_.model.channels_last;
+  const torch::Device data_device = d.on_gpu ? ctx_.device : torch::Device(torch::kCPU);
+  train_loader_ = std::make_unique<MemoryLoader>(std::move(train), o, data_device);
+  if (have_eval) {
+    MemoryLoaderOptions e = o;
+    e.train = false;
+    e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
+    eval_loader_ = std::make_unique<MemoryLoader>(std::move(eval), e, data_device);
+  }
+}
+
+// ---- the train step ----
+bool Trainer::train_step(const Batch& batch) {
+  const int64_t k = cfg_.train.accum_steps;
+  torch::Tensor images = batch.images.device() == ctx_.device ? batch.images : batch.images.to(ctx_.device, true);
+  torch::Tensor labels = batch.labels.device() == ctx_.device ? batch.labels : batch.labels.to(ctx_.device, true);
+  if (micro_ == 0) lr_ = schedule_->lr_at(step_);
+
+  // forward under autocast; cross-entropy runs in fp32 by autocast's policy
+  torch::Tensor loss;
+  {
+    AutocastGuard autocast(ctx_.device, precision_);
+    torch::Tensor logits = model_->forward(images);
+    loss = torch::nn::functional::cross_entropy(
+        logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg_.train.label_smoothing));
+  }
+  // backward of loss / k, scaled for fp16
+  scaler_->scale(k > 1 ? loss / k : loss).backward();
+  loss_sum_.add_(loss.detach());
+  loss_count_.add_(1);
+  if (++micro_ < k) return false;
+  micro_ = 0;
+
+  // unscale (fp16) and check for inf/nan in one pass; the optimizer skips the step when found
+  std::vector<torch::Tensor> grads = optimizer_->grads();
+  scaler_->unscale_(grads);
+  if (cfg_.optim.clip_grad_norm > 0) {
+    torch::NoGradGuard ng;
+    auto norms = at::_foreach_norm(grads, 2);
+    auto total = torch::stack(norms).norm();
+    auto coef = (cfg_.optim.clip_grad_norm / (total + 1e-6)).clamp_max(1.0);
+    at::_foreach_mul_(grads, coef);
+  }
+  optimizer_->step(lr_, scaler_->found_inf());
+  skipped_.add_(scaler_->found_inf().squeeze());
+  scaler_->update();
+  optimizer_->zero_grad();
+  ++step_;
+  return true;
+}
+
+double Trainer::take_train_loss() {
+  const double count = loss_count_.item<double>();
+  const double v = count > 0 ? loss_sum_.item<double>() / count : 0.0;
+  loss_sum_.zero_();
+  loss_count_.zero_();
+  return v;
+}
+
+EvalResult Trainer::evaluate() {
+  EvalResult r;
+  if (!eval_loader_) return r;
+  torch::NoGradGuard ng;
+  model_->eval();
+  auto f = torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device);
+  auto loss_sum = torch::zeros({}, f), top1 = torch::zeros({}, f), top5 = torch::zeros({}, f);
+  int64_t n = 0;
+  eval_loader_->set_epoch(0);
+  Batch b;
+  while (eval_loader_->next(b)) {
+    torch::Tensor images = b.images.to(ctx_.device, true), labels = b.labels.to(ctx_.device, true);
+    torch::Tensor logits;
+    {
+      AutocastGuard autocast(ctx_.device, precision_);
+      logits = model_->forward(images);
+    }
+    logits = logits.to(torch::kFloat32);
+    loss_sum.add_(torch::nn::functional::cross_entropy(
+        logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    const int64_t kk = std::min<int64_t>(5, logits.size(1));
+    auto topk = std::get<1>(logits.topk(kk, 1));
+    auto hit = topk.eq(labels.unsqueeze(1));
+    top1.add_(hit.select(1, 0).sum());
+    top5.add_(hit.any(1).sum());
+    n += labels.size(0);
+  }
+  model_->train();
+  r.samples = n;
+  if (n > 0) {
+    r.loss = loss_sum.item<double>() / n;
+    r.top1 = 100.0 * top1.item<double>() / n;
+    r.top5 = 100.0 * top5.item<double>() / n;
+  }
+  return r;
+}
+
+// ---- the loop ----
+FitResult Trainer::fit() {
+  run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer());
+  const int64_t epochs = cfg_.train.epochs;
+  const int64_t steps_per_epoch = std::max<int64_t>(train_loader_->batches_per_epoch() / cfg_.train.accum_steps, 1);
+  log::info("run folder ", run_dir_->path(), " | model ", cfg_.model.name, " (", model_->parameter_count() / 1e6,
+            "M params) on ", ctx_.device.str(), ", ", precision_name(precision_), " | ",
+            train_loader_->samples_per_epoch(), " samples/epoch, ", steps_per_epoch, " steps/epoch x ", epochs,
+            " epochs");
+  FitResult res;
+  model_->train();
+  bool done = false;
+  for (int64_t epoch = 0; epoch < epochs && !done; ++epoch) {
+    train_loader_->set_epoch(epoch);
+    synchronize(ctx_.device);
+    const auto t_epoch = Clock::now();
+    auto t_log = t_epoch;
+    int64_t images_since = 0, images_epoch = 0;
+    Batch batch;
+    while (train_loader_->next(batch)) {
+      const bool stepped = train_step(batch);
+      images_since += batch.labels.size(0);
+      images_epoch += batch.labels.size(0);
+      if (!stepped) continue;
+      if (step_ % cfg_.run.log_interval == 0) {
+        const double loss = take_train_loss();  // the one sync per interval
+        const double dt = seconds_since(t_log);
+        res.last_train_loss = loss;
+        log::info(strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
+                            static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                            static_cast<long long>(step_), loss, lr_, images_since / dt));
+        run_dir_->append_metrics(strprintf(
+            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f})",
+            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, images_since / dt));
+        t_log = Clock::now();
+        images_since = 0;
+      }
+      if (cfg_.train.max_steps > 0 && step_ >= cfg_.train.max_steps) {
+        done = true;
+        break;
+      }
+    }
+    synchronize(ctx_.device);
+    const double epoch_s = seconds_since(t_epoch);
+    res.train_seconds += epoch_s;
+    const double loss = take_train_loss();
+    if (loss > 0) res.last_train_loss = loss;
+    const bool last = done || epoch + 1 == epochs;
+    const int64_t ei = cfg_.train.eval_interval;
+    std::string eval_text;
+    if (last || (ei > 0 && (epoch + 1) % ei == 0)) {
+      res.eval = evaluate();
+      if (res.eval.samples > 0) {
+        eval_text = strprintf(" | eval loss %.4f top1 %.2f%% top5 %.2f%%", res.eval.loss, res.eval.top1, res.eval.top5);
+        run_dir_->append_metrics(strprintf(
+            R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
+            static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
+            res.eval.top5, static_cast<long long>(res.eval.samples)));
+      }
+    }
+    const GpuMemory mem = gpu_memory(ctx_.device);
+    log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s)%s%s", static_cast<long long>(epoch + 1), epoch_s,
+                        images_epoch / epoch_s, eval_text.c_str(),
+                        ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
+  }
+  res.steps = step_;
+  res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
+  if (res.skipped_steps > 0) log::warn(res.skipped_steps, " optimizer steps skipped for non-finite gradients");
+  if (ctx_.writer()) {
+    save_weights(*model_, run_dir_->file("model.safetensors"),
+                 {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
+  }
+  log::info(strprintf("trained %lld steps in %.1f s", static_cast<long long>(step_), res.train_seconds),
+            res.eval.samples ? strprintf("; final eval top1 %.2f%% on %lld images", res.eval.top1,
+                                         static_cast<long long>(res.eval.samples))
+                             : std::string(),
+            "; weights in ", run_dir_->file("model.safetensors"));
+  return res;
+}
+
+}  // namespace trainer

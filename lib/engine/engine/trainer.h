@@ -1,0 +1,83 @@
+// The training engine: builds model, data, optimizer, scaler and schedule from a Config and runs the loop.
+// The hot loop (Trainer::train_step) is one visible block: forward under autocast, scaled backward,
+// unscale + non-finite check, optional clipping, fused optimizer step, scaler update. Loss and accuracy
+// accumulate on the device and are read only every log_interval steps.
+#pragma once
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "data/memory_loader.h"
+#include "engine/amp.h"
+#include "engine/optimizer.h"
+#include "engine/schedule.h"
+#include "models/classifier.h"
+
+namespace trainer {
+
+class RunDir;
+
+struct RunContext {
+  torch::Device device = torch::kCPU;
+  int rank = 0;
+  int world_size = 1;
+  bool writer() const { return rank == 0; }
+};
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
+  int64_t samples = 0;
+};
+
+struct FitResult {
+  int64_t steps = 0;                // optimizer steps taken
+  int64_t skipped_steps = 0;        // steps skipped for non-finite gradients
+  double train_seconds = 0;         // wall time of the training epochs (eval excluded)
+  double last_train_loss = 0;
+  EvalResult eval;                  // final evaluation (samples == 0 when there is no eval split)
+};
+
+class Trainer {
+ public:
+  // with_data=false skips loading datasets (benchmarks feed train_step themselves).
+  Trainer(const Config& cfg, RunContext ctx, bool with_data = true);
+  ~Trainer();
+  FitResult fit();
+  EvalResult evaluate();
+  // One micro-batch; every accum_steps-th call ends with an optimizer step. Returns true when it stepped.
+  bool train_step(const Batch& batch);
+  // Device scalar: sum of micro-batch losses since the last take_train_loss(); reading it syncs.
+  double take_train_loss();
+
+  Classifier model() const { return model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  GradScaler& scaler() { return *scaler_; }
+  MemoryLoader& train_loader() { return *train_loader_; }
+  int64_t steps() const { return step_; }
+  const Config& config() const { return cfg_; }
+  Precision precision() const { return precision_; }
+
+ private:
+  void build_data();
+  void log_interval_line(int64_t epoch, double seconds, int64_t images);
+
+  Config cfg_;
+  RunContext ctx_;
+  Precision precision_;
+  Classifier model_;
+  std::unique_ptr<MemoryLoader> train_loader_, eval_loader_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradScaler> scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<RunDir> run_dir_;
+  int64_t step_ = 0;             // optimizer steps taken
+  int64_t micro_ = 0;            // micro-batches since the last optimizer step
+  double lr_ = 0;                // lr of the current step
+  torch::Tensor loss_sum_;       // device: sum of unscaled micro-batch losses since last read
+  torch::Tensor loss_count_;     // device: micro-batches since last read
+  torch::Tensor skipped_;        // device: steps skipped for non-finite grads
+};
+
+}  // namespace trainer
