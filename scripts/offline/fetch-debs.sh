@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On a networked Debian machine, from the project root: gathers what the offline GPU host lacks into
+# .gpu-deps/ (git-ignored): the OpenCV core+imgproc and TurboJPEG .deb files with their runtime needs, and a
+# copy of Fashion-MNIST (Debian's dataset-fashion-mnist) for the default run. Take .gpu-deps along with the
+# source tree and run scripts/offline/build-on-host.sh there.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+dest="$root/.gpu-deps"
+mkdir -p "$dest/datasets"
+pkgs=(libopencv-core406 libopencv-imgproc406 libopencv-core-dev libopencv-imgproc-dev
+      libtbb12 libtbb-dev libtbbmalloc2 libblas3 liblapack3 libgfortran5
+      libturbojpeg0 libturbojpeg0-dev libglx0 libglvnd0 libglx-mesa0 nlohmann-json3-dev)
+[ -n "$(ls /var/lib/apt/lists/*Packages 2>/dev/null | head -1)" ] || apt-get update -qq
+(cd "$dest" && apt-get download -q "${pkgs[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+cp "$root/scripts/offline/install-debs.sh" "$dest/"
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  cp -r /usr/share/datasets/fashion-mnist "$dest/datasets/"
+else
+  echo "fetch-debs: note: dataset-fashion-mnist is not installed; the default run will lack its data"
+fi
+du -sh "$dest"
