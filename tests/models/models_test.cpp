@@ -21,16 +21,16 @@ const std::vector<std::string> kParityModels = {"resnet18", "resnet50", "vit_tin
 const std::vector<std::string> kGradModels = {"resnet18", "vit_tiny_patch16_224"};
 
 // Fixtures made once per test run by make_parity.py (timm on the CPU).
-class Parity : public ::testing::Test {
+class Parity : public test::FixtureSuite {
  protected:
   static void SetUpTestSuite() {
     std::string args;
     for (const auto& n : kParityModels) args += " " + n;
     args += " --grads";
     for (const auto& n : kGradModels) args += " " + n;
-    dir_ = test::python_fixtures("models", "tests/models/make_parity.py", args);
+    load_fixtures("models", "tests/models/make_parity.py", args);
   }
-  static std::string path(const std::string& f) { return dir_ + "/" + f; }
+  static std::string path(const std::string& f) { return fixture_path(f); }
   static torch::Tensor io(const std::string& name, const std::string& key) {
     for (auto& kv : read_safetensors(path(name + ".io.safetensors")).tensors)
       if (kv.first == key) return kv.second;
@@ -49,9 +49,7 @@ class Parity : public ::testing::Test {
     c.small_stem = false;
     return create_model(c, 224);
   }
-  static std::string dir_;
 };
-std::string Parity::dir_;
 
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();

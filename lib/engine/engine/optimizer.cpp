@@ -66,7 +66,7 @@ void Optimizer::step(double lr, const c10::optional<torch::Tensor>& found_inf) {
       at::_fused_adamw_(params, grads, s.exp_avg, s.exp_avg_sq, /*max_exp_avg_sqs=*/{}, s.steps, lr, cfg_.betas[0],
                         cfg_.betas[1], g.weight_decay, cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
                         /*grad_scale=*/c10::nullopt, found_inf);
-      if (found_inf) at::_foreach_sub_(s.steps, *found_inf);
+      if (found_inf) at::_foreach_sub_(s.steps, std::vector<torch::Tensor>(s.steps.size(), found_inf->squeeze()));
     }
     s.started = true;
   }

@@ -34,7 +34,8 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2);
   const bool train = is_training();
   // ---- attention ----
-  auto qkv = qkv_(norm1_(x)).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4});
+  // unbind, not qkv[i]: three selects would each backpropagate through a full-size zero tensor
+  auto qkv = qkv_(norm1_(x)).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
                                             /*dropout_p=*/train ? attn_drop_ : 0.0);
   a = proj_(a.transpose(1, 2).reshape({B, N, D}));

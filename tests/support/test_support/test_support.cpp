@@ -71,20 +71,38 @@ std::string python_fixtures(const std::string& name, const std::string& script, 
   fs::make_dirs(dir);
   const int lock = ::open((dir + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
   if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + dir);
-  // the stamp records the arguments, so a changed fixture list regenerates
+  // the stamp records the script's text and arguments: changing either regenerates the fixtures
   const std::string stamp = dir + "/.done";
-  if (!fs::exists(stamp) || read_file(stamp) != script + args) {
+  const std::string key = read_file(source_dir() + "/" + script) + "\n" + args;
+  if (!fs::exists(stamp) || read_file(stamp) != key) {
     const auto r = run_command(shell_quote(python()) + " " + shell_quote(source_dir() + "/" + script) + " " +
                                shell_quote(dir) + " " + args);
     if (r.exit_code != 0) {
       ::close(lock);
-      ADD_FAILURE() << "fixture script " << script << " failed (is the venv set up? scripts/setup.sh):\n" << r.output;
-      return dir;
+      throw std::runtime_error("fixture script " + script + " failed (is the venv set up? scripts/setup.sh):\n" +
+                               r.output);
     }
-    write_file(stamp, script + args);
+    write_file(stamp, key);
   }
   ::close(lock);
   return dir;
+}
+
+std::string& FixtureSuite::fixture_error_() {
+  static std::string e;
+  return e;
+}
+std::string& FixtureSuite::fixture_dir_() {
+  static std::string d;
+  return d;
+}
+void FixtureSuite::load_fixtures(const std::string& name, const std::string& script, const std::string& args) {
+  try {
+    fixture_dir_() = python_fixtures(name, script, args);
+    fixture_error_().clear();
+  } catch (const std::exception& e) {
+    fixture_error_() = e.what();
+  }
 }
 
 }  // namespace trainer::test

@@ -1,5 +1,7 @@
 // Helpers shared by the test executables: temporary folders, running commands, files.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <string>
 
 namespace trainer::test {
@@ -32,9 +34,22 @@ bool path_exists(const std::string& path);
 std::string shell_quote(const std::string& s);
 
 // Fixtures made by a Python script (run with the project venv) into <build>/test_fixtures/<name>, once per
-// build: `script OUTDIR args` runs under a file lock, so parallel tests share one run. Fails the test (not
-// skips) when the script fails: the fixtures are part of the suite. Returns the folder.
+// build: `script OUTDIR args` runs under a file lock, so parallel tests share one run. Returns the folder;
+// throws std::runtime_error with the script's output when it fails.
 std::string python_fixtures(const std::string& name, const std::string& script, const std::string& args);
+
+// Base for suites that share Python-made fixtures: a failing script fails every test of the suite (a failure
+// inside SetUpTestSuite alone would be reported as a skip).
+class FixtureSuite : public ::testing::Test {
+ protected:
+  static void load_fixtures(const std::string& name, const std::string& script, const std::string& args);
+  void SetUp() override { ASSERT_TRUE(fixture_error_().empty()) << fixture_error_(); }
+  static std::string fixture_path(const std::string& file) { return fixture_dir_() + "/" + file; }
+
+ private:
+  static std::string& fixture_error_();
+  static std::string& fixture_dir_();
+};
 
 // Paths compiled in by CMake.
 inline std::string python() { return TRAINER_TEST_PYTHON; }

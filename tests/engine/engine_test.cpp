@@ -1,0 +1,242 @@
+// The engine against PyTorch on the CPU, fp32: 50 SGD and 50 AdamW steps give the same losses and weights as
+// torch.optim; accumulation over 4 micro-batches equals one 4x batch; the grad scaler's scale sequence equals
+// torch.amp.GradScaler's; schedules; and a short Fashion-MNIST run learns.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/fs.h"
+#include "engine/amp.h"
+#include "engine/optimizer.h"
+#include "engine/schedule.h"
+#include "engine/trainer.h"
+#include "models/safetensors.h"
+#include "models/weights.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+std::map<std::string, torch::Tensor> read_map(const std::string& path) {
+  std::map<std::string, torch::Tensor> m;
+  for (auto& kv : read_safetensors(path).tensors) m[kv.first] = kv.second;
+  return m;
+}
+
+double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
+          b.to(torch::kFloat64).abs().max().clamp_min(1e-12))
+      .item<double>();
+}
+
+Config cpu_config(const std::string& model, int64_t in_chans, int64_t size) {
+  Config c;
+  c.run.device = "cpu";
+  c.model.name = model;
+  c.model.in_chans = in_chans;
+  c.model.num_classes = 10;
+  c.model.small_stem = false;
+  c.data.image_size = size;
+  c.optim.schedule = "constant";
+  c.optim.warmup_epochs = 0;
+  c.train.precision = "fp32";
+  return c;
+}
+
+class EngineParity : public test::FixtureSuite {
+ protected:
+  static void SetUpTestSuite() { load_fixtures("engine", "tests/engine/make_engine_parity.py", ""); }
+  static std::string path(const std::string& f) { return fixture_path(f); }
+  static nlohmann::json results() {
+    std::ifstream f(path("engine.json"));
+    return nlohmann::json::parse(f);
+  }
+  void run_parity(const std::string& opt) {
+    Config c = cpu_config("resnet18", 1, 32);
+    c.optim.name = opt;
+    c.optim.lr = opt == "sgd" ? 0.005 : 1e-4;
+    c.optim.momentum = 0.9;
+    c.optim.nesterov = true;
+    c.optim.weight_decay = 5e-4;
+    c.optim.wd_exclude_norm_bias = true;
+    Trainer t(c, RunContext{torch::kCPU}, /*with_data=*/false);
+    load_weights(*t.model(), path("init.safetensors"));
+    auto data = read_map(path("batches.safetensors"));
+    const auto ref = results()[opt].get<std::vector<double>>();
+    ASSERT_EQ(ref.size(), 50u);
+    for (int64_t i = 0; i < 50; ++i) {
+      Batch b;
+      b.images = data["images"][i];
+      b.labels = data["labels"][i];
+      ASSERT_TRUE(t.train_step(b));
+      const double loss = t.take_train_loss();
+      EXPECT_NEAR(loss / ref[i], 1.0, 1e-4) << opt << " step " << i << ": ours " << loss << " torch " << ref[i];
+    }
+    // Final weights: the difference must be small against how far 50 steps moved each tensor (a bias that
+    // starts at zero has no scale of its own to be relative to).
+    auto final_ref = read_map(path(opt + "_final.safetensors"));
+    auto init = read_map(path("init.safetensors"));
+    for (auto& kv : state_dict(*t.model())) {
+      if (kv.second.dtype() != torch::kFloat32) continue;
+      const auto& ref = final_ref.at(kv.first);
+      const double moved = (ref - init.at(kv.first)).abs().max().item<double>();
+      const double diff = (kv.second - ref).abs().max().item<double>();
+      EXPECT_LE(diff, 1e-2 * moved + 1e-7) << opt << " " << kv.first << " moved " << moved;
+    }
+  }
+};
+
+TEST_F(EngineParity, SgdMatchesTorchOptim) { run_parity("sgd"); }
+TEST_F(EngineParity, AdamWMatchesTorchOptim) { run_parity("adamw"); }
+
+TEST_F(EngineParity, GradScalerMatchesTorchAmp) {
+  const auto ref = results()["scaler"];
+  const auto overflow = ref["overflow"].get<std::vector<int>>();
+  const auto scales = ref["scales"].get<std::vector<double>>();
+  const auto param0 = ref["param0"].get<std::vector<double>>();
+  GradScalerOptions so;
+  so.growth_interval = 3;
+  GradScaler scaler(torch::kCPU, /*enabled=*/true, so);
+  auto p = torch::ones({4}).requires_grad_(true);
+  ParamGroup g;
+  g.names = {"p"};
+  g.params = {p};
+  OptimConfig oc;
+  oc.name = "sgd";
+  oc.momentum = 0;
+  oc.nesterov = false;
+  Optimizer opt({g}, oc);
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    const double scale = scaler.scale_tensor().item<double>();
+    auto grad = torch::full({4}, 0.5 * scale);
+    if (overflow[i]) grad[1] = std::numeric_limits<float>::infinity();
+    p.mutable_grad() = grad;
+    scaler.unscale_(opt.grads());
+    opt.step(0.1, scaler.found_inf());
+    scaler.update();
+    EXPECT_EQ(scaler.scale_tensor().item<double>(), scales[i]) << "step " << i;
+    EXPECT_NEAR(p[0].item<double>(), param0[i], 1e-6) << "step " << i;
+  }
+}
+
+TEST(Engine, AccumulationEqualsLargeBatch) {
+  // ViT has no batch statistics, so 4 micro-batches of 8 must equal one batch of 32 exactly (up to fp32 sums).
+  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
+  c.optim.name = "sgd";
+  c.optim.lr = 0.1;
+  Trainer big(c, RunContext{torch::kCPU}, false);
+  Config ca = c;
+  ca.train.accum_steps = 4;
+  Trainer acc(ca, RunContext{torch::kCPU}, false);
+  load_state_dict(*acc.model(), state_dict(*big.model()), LoadMode::strict, "copy");
+  torch::manual_seed(5);
+  auto x = torch::randn({32, 1, 32, 32});
+  auto y = torch::randint(10, {32});
+  EXPECT_TRUE(big.train_step(Batch{x, y, {}}));
+  for (int i = 0; i < 4; ++i) {
+    const bool stepped = acc.train_step(Batch{x.narrow(0, 8 * i, 8), y.narrow(0, 8 * i, 8), {}});
+    EXPECT_EQ(stepped, i == 3);
+  }
+  EXPECT_EQ(acc.steps(), 1);
+  auto ref = big.model()->named_parameters();
+  for (auto& kv : acc.model()->named_parameters()) EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+}
+
+TEST(Engine, NonFiniteGradientSkipsStep) {
+  Config c = cpu_config("resnet18", 1, 32);
+  Trainer t(c, RunContext{torch::kCPU}, false);
+  auto before = state_dict(*t.model());
+  std::vector<torch::Tensor> copies;
+  for (auto& kv : before) copies.push_back(kv.second.clone());
+  auto x = torch::randn({4, 1, 32, 32});
+  x[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
+  t.train_step(Batch{x, torch::randint(10, {4}), {}});
+  EXPECT_EQ(t.scaler().found_inf().item<double>(), 1.0);
+  size_t i = 0;
+  for (auto& kv : t.model()->named_parameters()) {
+    (void)kv;
+    ++i;
+  }
+  for (auto& kv : t.model()->named_parameters()) {
+    auto it = std::find_if(before.begin(), before.end(), [&](auto& b) { return b.first == kv.key(); });
+    ASSERT_NE(it, before.end());
+    EXPECT_TRUE(torch::equal(kv.value(), copies[it - before.begin()])) << kv.key() << " moved on a NaN step";
+  }
+}
+
+TEST(Engine, ParamGroupsKeepNormsBiasesAndListedOutOfDecay) {
+  Config c = cpu_config("vit_tiny_patch16_224", 3, 32);
+  Trainer t(c, RunContext{torch::kCPU}, false);
+  const auto& groups = t.optimizer().groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_GT(groups[0].weight_decay, 0);
+  EXPECT_EQ(groups[1].weight_decay, 0);
+  auto in = [](const ParamGroup& g, const std::string& n) {
+    return std::find(g.names.begin(), g.names.end(), n) != g.names.end();
+  };
+  EXPECT_TRUE(in(groups[0], "blocks.0.attn.qkv.weight"));
+  EXPECT_TRUE(in(groups[1], "blocks.0.attn.qkv.bias"));
+  EXPECT_TRUE(in(groups[1], "blocks.0.norm1.weight"));
+  EXPECT_TRUE(in(groups[1], "pos_embed"));
+  EXPECT_TRUE(in(groups[1], "cls_token"));
+}
+
+TEST(Schedule, WarmupThenCosineStepMultistepPoly) {
+  OptimConfig o;
+  o.warmup_epochs = 1;
+  o.warmup_factor = 0.1;
+  o.schedule = "cosine";
+  o.min_lr = 0.0;
+  LrSchedule cos(o, /*steps_per_epoch=*/10, /*total_steps=*/110, /*base_lr=*/1.0);
+  EXPECT_DOUBLE_EQ(cos.lr_at(0), 0.1);
+  EXPECT_DOUBLE_EQ(cos.lr_at(5), 0.55);
+  EXPECT_DOUBLE_EQ(cos.lr_at(10), 1.0);
+  EXPECT_NEAR(cos.lr_at(60), 0.5, 1e-12);
+  EXPECT_NEAR(cos.lr_at(110), 0.0, 1e-12);
+  o.warmup_epochs = 0;
+  o.schedule = "step";
+  o.step_epochs = 2;
+  o.gamma = 0.5;
+  LrSchedule st(o, 10, 100, 1.0);
+  EXPECT_DOUBLE_EQ(st.lr_at(19), 1.0);
+  EXPECT_DOUBLE_EQ(st.lr_at(20), 0.5);
+  EXPECT_DOUBLE_EQ(st.lr_at(45), 0.25);
+  o.schedule = "multistep";
+  o.milestones = {1, 3};
+  LrSchedule ms(o, 10, 100, 1.0);
+  EXPECT_DOUBLE_EQ(ms.lr_at(9), 1.0);
+  EXPECT_DOUBLE_EQ(ms.lr_at(10), 0.5);
+  EXPECT_DOUBLE_EQ(ms.lr_at(35), 0.25);
+  o.schedule = "poly";
+  o.poly_power = 2.0;
+  LrSchedule po(o, 10, 100, 1.0);
+  EXPECT_NEAR(po.lr_at(50), 0.25, 1e-12);
+}
+
+TEST(FashionMnist, ShortCpuRunLearns) {
+  // Real data, bounded time: 4,000 training images, 2 epochs, ResNet-18 small stem on 2 CPU cores.
+  const std::string root = "/usr/share/datasets/fashion-mnist";
+  ASSERT_TRUE(fs::exists(root)) << root << " missing: scripts/setup.sh installs dataset-fashion-mnist";
+  test::TempDir dir;
+  Config c = config_from_overrides({"run.device=cpu", "run.out_dir=" + dir.path(), "data.train_limit=4000",
+                                    "data.eval_limit=1000", "data.batch_size=64", "train.epochs=2",
+                                    "optim.lr=0.05", "optim.warmup_epochs=0.2", "run.log_interval=1000",
+                                    "data.mean=[0.286]", "data.std=[0.353]"});
+  const auto t0 = std::chrono::steady_clock::now();
+  Trainer t(c, RunContext{torch::kCPU});
+  const FitResult r = t.fit();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.eval.samples, 1000);
+  EXPECT_GE(r.eval.top1, 75.0) << "top-1 after 2 short epochs";
+  EXPECT_LT(sec, 420.0);
+  EXPECT_TRUE(fs::exists(dir.file("default/model.safetensors")));
+  EXPECT_TRUE(fs::exists(dir.file("default/config.yaml")));
+  const std::string metrics = fs::read_text(dir.file("default/metrics.jsonl"));
+  EXPECT_NE(metrics.find("\"kind\":\"eval\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainer
