@@ -437,8 +437,6 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("data.rrc_ratio", "expected [low, high] with low <= high");
   for (size_t i = 1; i < c.optim.milestones.size(); ++i)
     if (c.optim.milestones[i] < c.optim.milestones[i - 1]) fail("optim.milestones", "expected increasing epochs");
-  if (c.optim.warmup_epochs > static_cast<double>(c.train.epochs))
-    fail("optim.warmup_epochs", str_cat("expected at most train.epochs (", c.train.epochs, ")"));
   if (c.run.name.empty() || c.run.name.find('/') != std::string::npos)
     fail("run.name", "expected a non-empty folder name without '/'");
   if (c.data.source != "synthetic" && c.data.root.empty()) fail("data.root", "expected a dataset folder");

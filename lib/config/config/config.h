@@ -1,4 +1,5 @@
-// The resolved configuration of a run: one plain struct per module, every field with a default.
+// The resolved configuration of a run: one plain struct per module, every field with a default. The defaults
+// are the built-in job: Fashion-MNIST (Debian's dataset-fashion-mnist) with a small-stem ResNet-18, 30 epochs.
 // YAML is parsed only here (config.cpp); modules receive their struct. The user-facing docs, types and
 // allowed ranges of every key live in one schema table in config.cpp, which drives loading, `--set`,
 // `--print-config` and the error messages, so the three can never disagree.
@@ -37,7 +38,7 @@ struct DataConfig {
   std::string train_split = "train";  // idx: file prefix of the training split
   std::string eval_split = "t10k";    // idx: file prefix of the evaluation split ("" = no eval)
   int64_t image_size = 28;            // side of the model input, pixels
-  int64_t batch_size = 256;           // per-process batch
+  int64_t batch_size = 512;           // per-process batch
   int64_t eval_batch_size = 0;        // 0 = batch_size
   int64_t workers = -1;               // CPU data threads, -1 = cores - 2 (at least 1)
   int64_t prefetch = 2;               // batches prepared ahead of the train step
@@ -57,7 +58,7 @@ struct DataConfig {
 
 struct OptimConfig {
   std::string name = "sgd";           // sgd | adamw
-  double lr = 0.1;                    // peak learning rate
+  double lr = 0.2;                    // peak learning rate
   double momentum = 0.9;              // sgd momentum
   bool nesterov = true;               // sgd: Nesterov momentum
   double weight_decay = 5e-4;         // decoupled for adamw, L2 for sgd
@@ -66,8 +67,8 @@ struct OptimConfig {
   bool wd_exclude_norm_bias = true;   // no weight decay on norms, biases and the model's no_weight_decay()
   double clip_grad_norm = 0.0;        // max global grad norm, 0 = off
   std::string schedule = "cosine";    // constant | cosine | step | multistep | poly
-  double warmup_epochs = 0.0;         // linear warmup length, epochs (fractions allowed)
-  double warmup_factor = 0.01;        // warmup starts at lr * warmup_factor
+  double warmup_epochs = 2.0;         // linear warmup length, epochs (fractions allowed)
+  double warmup_factor = 0.04;        // warmup starts at lr * warmup_factor
   double min_lr = 0.0;                // floor of cosine / poly
   double step_epochs = 30.0;          // step: decay every this many epochs
   std::vector<double> milestones = {30.0, 60.0, 90.0};  // multistep: epochs
@@ -76,12 +77,12 @@ struct OptimConfig {
 };
 
 struct TrainConfig {
-  int64_t epochs = 10;                // passes over the training set
+  int64_t epochs = 30;                // passes over the training set
   int64_t max_steps = 0;              // stop after this many optimizer steps, 0 = no limit
   std::string precision = "bf16";     // bf16 | fp16 | fp32 (autocast on CUDA; CPU runs fp32 unless bf16 forced)
   int64_t accum_steps = 1;            // micro-batches per optimizer step
-  double label_smoothing = 0.0;       // cross-entropy label smoothing
-  int64_t eval_interval = 1;          // evaluate every N epochs (and at the end), 0 = only at the end
+  double label_smoothing = 0.1;       // cross-entropy label smoothing
+  int64_t eval_interval = 5;          // evaluate every N epochs (and at the end), 0 = only at the end
   bool cudnn_benchmark = true;        // autotune convolutions (off in deterministic mode)
 };
 

@@ -10,7 +10,9 @@ namespace trainer {
 LrSchedule::LrSchedule(const OptimConfig& cfg, int64_t steps_per_epoch, int64_t total_steps, double base_lr)
     : cfg_(cfg), steps_per_epoch_(std::max<int64_t>(steps_per_epoch, 1)), total_steps_(std::max<int64_t>(total_steps, 1)),
       base_lr_(base_lr) {
-  warmup_steps_ = static_cast<int64_t>(std::llround(cfg.warmup_epochs * steps_per_epoch_));
+  // a warmup longer than the run (e.g. --set train.epochs=1 on a 2-epoch warmup) ends with the run
+  warmup_steps_ = std::min<int64_t>(static_cast<int64_t>(std::llround(cfg.warmup_epochs * steps_per_epoch_)),
+                                    total_steps_);
 }
 
 double LrSchedule::lr_at(int64_t step) const {
