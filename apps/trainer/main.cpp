@@ -20,6 +20,7 @@ const std::vector<trainer::CommandSpec> kCommands = {
     {"train", "train a model from a config (the default command)"},
     {"eval", "evaluate --weights W on the config's eval split (top-1, top-5, loss)"},
     {"bench", "time training steps on synthetic data resident on the device; --out FILE writes JSON"},
+    {"bench-data", "time the image input pipeline alone (the config's training split); --out FILE writes JSON"},
 };
 
 int run(int argc, char** argv) {
@@ -47,6 +48,12 @@ int run(int argc, char** argv) {
 
   if (cl.command == "bench") {
     const BenchResult r = run_bench(cfg, ctx);
+    std::cout << r.json << std::endl;
+    if (!cl.out.empty()) fs::write_text_atomic(cl.out, r.json + "\n");
+    return 0;
+  }
+  if (cl.command == "bench-data") {
+    const DataBenchResult r = run_bench_data(cfg, ctx);
     std::cout << r.json << std::endl;
     if (!cl.out.empty()) fs::write_text_atomic(cl.out, r.json + "\n");
     return 0;

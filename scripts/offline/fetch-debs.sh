@@ -18,4 +18,10 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
 else
   echo "fetch-debs: note: dataset-fashion-mnist is not installed; the default run will lack its data"
 fi
+# real photographs for the ImageNet-like benchmark set (scripts/make_imagenet_like.py runs on the host)
+mkdir -p "$dest/photos"
+tmp=$(mktemp -d)
+(cd "$tmp" && apt-get download -q mate-backgrounds 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+dpkg -x "$tmp"/mate-backgrounds_*.deb "$tmp/x" && cp "$tmp"/x/usr/share/backgrounds/mate/nature/*.jpg "$dest/photos/"
+rm -rf "$tmp"
 du -sh "$dest"

@@ -102,10 +102,10 @@ Schema fields_of(Config& c) {
   s.add_bool("model.channels_last", &c.model.channels_last, "NHWC memory format for model and input on CUDA");
 
   s.section_docs["data"] = "dataset, batching and augmentation";
-  s.add_string("data.source", &c.data.source, "dataset kind", {"synthetic", "idx"});
+  s.add_string("data.source", &c.data.source, "dataset kind", {"synthetic", "idx", "image_folder", "list"});
   s.add_string("data.root", &c.data.root, "dataset folder");
-  s.add_string("data.train_split", &c.data.train_split, "idx: file prefix of the training split");
-  s.add_string("data.eval_split", &c.data.eval_split, "idx: file prefix of the eval split, empty = no eval");
+  s.add_string("data.train_split", &c.data.train_split, "training split: idx file prefix, image_folder sub-folder, list file");
+  s.add_string("data.eval_split", &c.data.eval_split, "eval split, as train_split; empty = no eval");
   s.add_int("data.image_size", &c.data.image_size, "side of the model input in pixels", closed(8, 4096));
   s.add_int("data.batch_size", &c.data.batch_size, "per-process batch size", closed(1, 1 << 20));
   s.add_int("data.eval_batch_size", &c.data.eval_batch_size, "eval batch size, 0 = batch_size", closed(0, 1 << 20));
@@ -119,6 +119,9 @@ Schema fields_of(Config& c) {
   s.add_float("data.hflip", &c.data.hflip, "probability of a horizontal flip", closed(0, 1));
   s.add_list("data.rrc_scale", &c.data.rrc_scale, "rrc: range of the crop's area fraction", 2, closed(0, 1));
   s.add_list("data.rrc_ratio", &c.data.rrc_ratio, "rrc: range of the crop's aspect ratio", 2, above(0));
+  s.add_float("data.crop_pct", &c.data.crop_pct, "eval centre-crop fraction, 0 = the model's default", closed(0, 1));
+  s.add_bool("data.dct_scale", &c.data.dct_scale, "JPEG: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway");
+  s.add_bool("data.crop_decode", &c.data.crop_decode, "JPEG: decode only the crop window");
   s.add_int("data.train_limit", &c.data.train_limit, "use only the first N training samples, 0 = all", at_least(0));
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));

@@ -33,10 +33,10 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "idx";         // synthetic | idx
+  std::string source = "idx";         // synthetic | idx | image_folder | list
   std::string root = "/usr/share/datasets/fashion-mnist";  // dataset folder
-  std::string train_split = "train";  // idx: file prefix of the training split
-  std::string eval_split = "t10k";    // idx: file prefix of the evaluation split ("" = no eval)
+  std::string train_split = "train";  // idx: file prefix; image_folder: sub-folder; list: list file
+  std::string eval_split = "t10k";    // the same for evaluation ("" = no eval)
   int64_t image_size = 28;            // side of the model input, pixels
   int64_t batch_size = 512;           // per-process batch
   int64_t eval_batch_size = 0;        // 0 = batch_size
@@ -50,6 +50,9 @@ struct DataConfig {
   double hflip = 0.5;                 // probability of a horizontal flip
   std::vector<double> rrc_scale = {0.08, 1.0};            // rrc: area fraction range
   std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};  // rrc: aspect-ratio range
+  double crop_pct = 0.0;              // eval: centre crop fraction, 0 = the model's default
+  bool dct_scale = true;              // JPEG: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway
+  bool crop_decode = true;            // JPEG: decode only the crop window
   int64_t train_limit = 0;            // use only the first N training samples, 0 = all
   int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch

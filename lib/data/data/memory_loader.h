@@ -9,15 +9,10 @@
 #include <vector>
 
 #include "data/idx.h"
+#include "data/loader.h"
 #include "data/sharding.h"
 
 namespace trainer {
-
-struct Batch {
-  torch::Tensor images;  // (B,C,H,W) float32, normalised; channels_last strides when requested
-  torch::Tensor labels;  // (B,) int64
-  std::vector<int64_t> indices;  // dataset indices of the batch (host)
-};
 
 struct MemoryLoaderOptions {
   int64_t batch_size = 256;
@@ -42,13 +37,13 @@ struct CropFlip {
 };
 CropFlip draw_crop_flip(uint64_t seed, int64_t epoch, int64_t index, int64_t pad, double hflip);
 
-class MemoryLoader {
+class MemoryLoader : public Loader {
  public:
   MemoryLoader(InMemoryDataset data, MemoryLoaderOptions opt, torch::Device device);
-  void set_epoch(int64_t epoch);   // fixes this epoch's order; call before the first next()
-  int64_t batches_per_epoch() const;
-  int64_t samples_per_epoch() const { return static_cast<int64_t>(order_.size()); }
-  bool next(Batch& out);           // false at the end of the epoch
+  void set_epoch(int64_t epoch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
+  bool next(Batch& out) override;
   int64_t dataset_size() const { return images_.size(0); }
   int64_t num_classes() const { return num_classes_; }
 

@@ -3,9 +3,15 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
+#include "core/fs.h"
 #include "core/log.h"
+#include "data/image_folder.h"
+#include "data/image_loader.h"
+#include "models/registry.h"
 #include "runtime/env.h"
 
 namespace trainer {
@@ -92,6 +98,68 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   log::info(strprintf("bench %s bs %lld %lldpx %s: %.1f img/s, %.2f ms/step, peak %.2f GiB, MFU %.1f%%",
                       cfg.model.name.c_str(), static_cast<long long>(B), static_cast<long long>(S),
                       precision_name(t.precision()), r.img_per_s, r.step_ms, r.peak_mem_gib, 100 * r.mfu));
+  return r;
+}
+
+DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
+  const DataConfig& d = cfg.data;
+  TRAINER_CHECK(d.source == "image_folder" || d.source == "list",
+                "bench-data measures the image-file pipeline: set data.source to image_folder or list");
+  ImageList list = d.source == "list" ? read_list_file(fs::join_path(d.root, d.train_split), d.root)
+                                      : scan_image_folder(fs::join_path(d.root, d.train_split));
+  const DataDefaults defaults = create_model(cfg.model, d.image_size)->data_defaults();
+  ImageLoaderOptions o = image_loader_options(cfg, defaults, ctx);
+  const size_t files = list.samples.size();
+  ImageLoader loader(std::move(list.samples), o, ctx.device);
+  const int64_t per_epoch = loader.batches_per_epoch();
+  TRAINER_CHECK(per_epoch > cfg.bench.warmup_steps, "the training split has ", per_epoch,
+                " batches: fewer than bench.warmup_steps + 1");
+  int64_t epoch = 0;
+  Batch b;
+  auto next = [&]() {
+    if (!loader.next(b)) {
+      loader.set_epoch(++epoch);
+      TRAINER_CHECK(loader.next(b), "empty epoch");
+    }
+  };
+  for (int64_t i = 0; i < cfg.bench.warmup_steps; ++i) next();
+  synchronize(ctx.device);
+  const StageTotals s0 = loader.stage_totals();
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t images = 0;
+  for (int64_t i = 0; i < cfg.bench.steps; ++i) {
+    next();
+    images += b.labels.size(0);
+  }
+  synchronize(ctx.device);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const StageTotals s1 = loader.stage_totals();
+  DataBenchResult r;
+  r.workers = o.workers;
+  r.img_per_s = images / sec;
+  const double n = std::max<int64_t>(s1.samples - s0.samples, 1);
+  r.read_us = (s1.read_ns - s0.read_ns) / n / 1e3;
+  r.decode_us = (s1.decode_ns - s0.decode_ns) / n / 1e3;
+  r.resize_us = (s1.resize_ns - s0.resize_ns) / n / 1e3;
+  const EnvInfo env = query_env();
+  nlohmann::json j;
+  j["tool"] = "trainer";
+  j["workload"] = {{"root", d.root},           {"split", d.train_split},   {"files", files},
+                   {"image_size", d.image_size}, {"batch_size", d.batch_size}, {"augment", d.train_crop + "+flip"},
+                   {"dct_scale", d.dct_scale}, {"crop_decode", d.crop_decode}, {"workers", o.workers},
+                   {"output", ctx.device.is_cuda() ? "float32 NCHW channels_last on the GPU, normalised"
+                                                   : "float32 NCHW on the CPU, normalised"}};
+  j["batches"] = cfg.bench.steps;
+  j["img_per_s"] = r.img_per_s;
+  j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
+  j["bad_samples"] = s1.bad;
+  j["env"] = {{"gpu", env.gpus.empty() ? "none" : env.gpus[0].name}, {"cpu_threads", std::thread::hardware_concurrency()},
+              {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
+  j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
+  r.json = j.dump(2);
+  log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
+                      "resize+flip %.0f us",
+                      r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us));
   return r;
 }
 

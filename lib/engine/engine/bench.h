@@ -19,6 +19,16 @@ struct BenchResult {
 };
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx);
+
+struct DataBenchResult {
+  double img_per_s = 0;       // batches delivered on the device, normalised
+  double read_us = 0, decode_us = 0, resize_us = 0;  // per image, summed over threads (CPU time)
+  int workers = 0;
+  std::string json;
+};
+// `trainer bench-data`: the input pipeline alone (the config's training split, its augmentation), warm-up
+// batches excluded, bench.steps batches timed.
+DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx);
 // FNV-1a 64 of a text, hex: names a resolved config in results.
 std::string fnv1a_hex(const std::string& text);
 

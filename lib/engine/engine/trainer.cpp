@@ -3,10 +3,15 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <thread>
 
 #include "core/check.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "data/idx.h"
+#include "data/image_folder.h"
+#include "data/image_loader.h"
+#include "data/memory_loader.h"
 #include "engine/run_dir.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -58,6 +63,10 @@ Trainer::~Trainer() = default;
 void Trainer::build_data() {
   const DataConfig& d = cfg_.data;
   const DataDefaults defaults = model_->data_defaults();
+  if (d.source == "image_folder" || d.source == "list") {
+    build_image_data(defaults);
+    return;
+  }
   InMemoryDataset train, eval;
   bool have_eval = false;
   if (d.source == "idx") {
@@ -108,6 +117,63 @@ void Trainer::build_data() {
     e.train = false;
     e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
     eval_loader_ = std::make_unique<MemoryLoader>(std::move(eval), e, data_device);
+  }
+}
+
+ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
+  const DataConfig& d = cfg.data;
+  ImageLoaderOptions o;
+  o.batch_size = d.batch_size;
+  o.seed = cfg.run.seed;
+  o.rank = ctx.rank;
+  o.world_size = ctx.world_size;
+  o.drop_last = d.drop_last;
+  o.image_size = d.image_size;
+  o.crop_pct = d.crop_pct > 0 ? d.crop_pct : defaults.crop_pct;
+  o.rrc_scale = d.rrc_scale;
+  o.rrc_ratio = d.rrc_ratio;
+  o.hflip = d.hflip;
+  o.mean = d.mean.empty() ? defaults.mean : d.mean;
+  o.std = d.std.empty() ? defaults.std : d.std;
+  o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
+  o.workers = d.workers > 0 ? static_cast<int>(d.workers)
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
+  o.prefetch = static_cast<int>(d.prefetch);
+  o.dct_scale = d.dct_scale;
+  o.crop_decode = d.crop_decode;
+  return o;
+}
+
+ImageList image_split(const DataConfig& d, const std::string& split) {
+  return d.source == "list" ? read_list_file(fs::join_path(d.root, split), d.root)
+                            : scan_image_folder(fs::join_path(d.root, split));
+}
+
+void Trainer::build_image_data(const DataDefaults& defaults) {
+  const DataConfig& d = cfg_.data;
+  TRAINER_CHECK(cfg_.model.in_chans == 3, "image files decode to RGB: model.in_chans must be 3, not ",
+                cfg_.model.in_chans);
+  TRAINER_CHECK(d.train_crop == "rrc" || d.train_crop == "none", "key 'data.train_crop': image sources support rrc ",
+                "(RandomResizedCrop) and none, not '", d.train_crop, "'");
+  ImageList train = image_split(d, d.train_split);
+  auto limit = [](ImageList& l, int64_t n) {
+    if (n > 0 && n < static_cast<int64_t>(l.samples.size())) l.samples.resize(static_cast<size_t>(n));
+  };
+  limit(train, d.train_limit);
+  for (const auto& s : train.samples)
+    TRAINER_CHECK(s.label < cfg_.model.num_classes, s.path, ": label ", s.label, " but model.num_classes is ",
+                  cfg_.model.num_classes);
+  ImageLoaderOptions o = image_loader_options(cfg_, defaults, ctx_);
+  if (d.train_crop == "none") o.rrc_scale = {1.0, 1.0}, o.rrc_ratio = {0.0001, 10000.0};
+  const torch::Device dev = ctx_.device;
+  train_loader_ = std::make_unique<ImageLoader>(std::move(train.samples), o, dev);
+  if (!d.eval_split.empty()) {
+    ImageList eval = image_split(d, d.eval_split);
+    limit(eval, d.eval_limit);
+    ImageLoaderOptions e = o;
+    e.train = false;
+    e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
+    eval_loader_ = std::make_unique<ImageLoader>(std::move(eval.samples), e, dev);
   }
 }
 

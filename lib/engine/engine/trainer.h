@@ -9,7 +9,7 @@
 #include <string>
 
 #include "config/config.h"
-#include "data/memory_loader.h"
+#include "data/loader.h"
 #include "engine/amp.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
@@ -18,6 +18,7 @@
 namespace trainer {
 
 class RunDir;
+struct ImageLoaderOptions;
 
 struct RunContext {
   torch::Device device = torch::kCPU;
@@ -25,6 +26,9 @@ struct RunContext {
   int world_size = 1;
   bool writer() const { return rank == 0; }
 };
+
+// The CPU image pipeline's options from a config (shared by training, eval and bench-data).
+ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
@@ -54,20 +58,21 @@ class Trainer {
   Classifier model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
   GradScaler& scaler() { return *scaler_; }
-  MemoryLoader& train_loader() { return *train_loader_; }
+  Loader& train_loader() { return *train_loader_; }
   int64_t steps() const { return step_; }
   const Config& config() const { return cfg_; }
   Precision precision() const { return precision_; }
 
  private:
   void build_data();
+  void build_image_data(const DataDefaults& defaults);
   void log_interval_line(int64_t epoch, double seconds, int64_t images);
 
   Config cfg_;
   RunContext ctx_;
   Precision precision_;
   Classifier model_;
-  std::unique_ptr<MemoryLoader> train_loader_, eval_loader_;
+  std::unique_ptr<Loader> train_loader_, eval_loader_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;

@@ -1,0 +1,319 @@
+#include "data/image_loader.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+
+#ifdef TRAINER_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "core/check.h"
+#include "core/log.h"
+#include "core/random.h"
+#include "data/image_ops.h"
+#include "data/jpeg_decoder.h"
+#include "data/sharding.h"
+
+namespace trainer {
+
+struct ImageLoader::Slot {
+  torch::Tensor images;   // (B,S,S,3) uint8, pinned when the device is CUDA
+  torch::Tensor labels;   // (B,) int64
+  std::vector<int64_t> indices;
+  int64_t batch = -1;     // which batch of the epoch the slot holds
+  int64_t done = 0;       // samples written
+#ifdef TRAINER_WITH_CUDA
+  std::unique_ptr<at::cuda::CUDAEvent> copied;  // the H2D copy out of this slot finished
+#endif
+};
+
+namespace {
+using Clock = std::chrono::steady_clock;
+int64_t ns_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
+}
+
+void read_file(const std::string& path, std::vector<uint8_t>& buf) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  TRAINER_CHECK(f, path, ": cannot open");
+  std::fseek(f, 0, SEEK_END);
+  const long n = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  if (n < 0 || n > (1l << 30)) {
+    std::fclose(f);
+    TRAINER_FAIL(path, ": unreadable size");
+  }
+  buf.resize(static_cast<size_t>(n));
+  const size_t got = n ? std::fread(buf.data(), 1, buf.size(), f) : 0;
+  std::fclose(f);
+  TRAINER_CHECK(got == buf.size(), path, ": short read");
+}
+}  // namespace
+
+ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
+    : samples_(std::move(samples)), opt_(std::move(opt)), device_(device) {
+  TRAINER_CHECK(!samples_.empty(), "the image list is empty");
+  TRAINER_CHECK(opt_.mean.size() == 3 && opt_.std.size() == 3, "image sources are RGB: mean/std need 3 values");
+  const int64_t S = opt_.image_size, B = opt_.batch_size;
+  const int ring = std::max(2, opt_.prefetch + 1);
+  for (int i = 0; i < ring; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->images = torch::empty({B, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    s->labels = torch::empty({B}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device_.is_cuda()));
+#ifdef TRAINER_WITH_CUDA
+    if (device_.is_cuda()) s->copied = std::make_unique<at::cuda::CUDAEvent>();
+#endif
+    slots_.push_back(std::move(s));
+  }
+  std::vector<float> m, is;
+  for (int c = 0; c < 3; ++c) {
+    m.push_back(static_cast<float>(opt_.mean[c] * 255.0));
+    is.push_back(static_cast<float>(1.0 / (opt_.std[c] * 255.0)));
+  }
+  mean255_ = torch::tensor(m).view({1, 3, 1, 1}).to(device_);
+  inv_std255_ = torch::tensor(is).view({1, 3, 1, 1}).to(device_);
+  set_epoch(0);
+  const int n = std::max(1, opt_.workers);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+ImageLoader::~ImageLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ImageLoader::set_epoch(int64_t epoch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // let tasks already handed out finish before the ring is reset
+  done_cv_.wait(lock, [&] { return in_flight_ == 0; });
+  ShardSpec s;
+  s.dataset_size = static_cast<int64_t>(samples_.size());
+  s.seed = opt_.seed;
+  s.epoch = epoch;
+  s.rank = opt_.rank;
+  s.world_size = opt_.world_size;
+  s.shuffle = opt_.train;
+  s.drop_last = opt_.train && opt_.drop_last;
+  s.even = opt_.train;
+  order_ = epoch_indices(s);
+  epoch_ = epoch;
+  const int64_t n = static_cast<int64_t>(order_.size());
+  total_tasks_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
+  next_task_ = 0;
+  released_ = 0;
+  cursor_ = 0;
+  for (auto& sl : slots_) {
+    sl->batch = -1;
+    sl->done = 0;
+  }
+  lock.unlock();
+  work_cv_.notify_all();
+}
+
+int64_t ImageLoader::batches_per_epoch() const { return (total_tasks_ + opt_.batch_size - 1) / opt_.batch_size; }
+
+int64_t ImageLoader::batch_size_of(int64_t batch) const {
+  return std::min<int64_t>(opt_.batch_size, total_tasks_ - batch * opt_.batch_size);
+}
+
+// ---- workers ----
+
+void ImageLoader::worker_loop() {
+  JpegDecoder jpeg;
+  std::vector<uint8_t> file;
+  RgbImage img;
+  const int64_t ring = static_cast<int64_t>(slots_.size());
+  for (;;) {
+    int64_t task;
+    Slot* slot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] {
+        return stop_ || (next_task_ < total_tasks_ && next_task_ / opt_.batch_size < released_ + ring);
+      });
+      if (stop_) return;
+      task = next_task_++;
+      const int64_t batch = task / opt_.batch_size;
+      slot = slots_[batch % ring].get();
+      if (slot->batch != batch) {  // first task of this batch claims the slot
+        slot->batch = batch;
+        slot->done = 0;
+        slot->indices.assign(static_cast<size_t>(batch_size_of(batch)), -1);
+      }
+      ++in_flight_;
+    }
+    try {
+      process(task, *slot, file, img, jpeg);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++slot->done;
+      --in_flight_;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void ImageLoader::process(int64_t task, Slot& slot, std::vector<uint8_t>& file, RgbImage& img, JpegDecoder& jpeg) {
+  const int64_t pos = task % opt_.batch_size;
+  int64_t index = order_[static_cast<size_t>(task)];
+  const int64_t S = opt_.image_size;
+  uint8_t* dst = slot.images.data_ptr<uint8_t>() + pos * S * S * 3;
+  // a bad file is reported once, counted, and replaced by a deterministic other sample
+  for (int attempt = 0;; ++attempt) {
+    try {
+      decode_sample(index, epoch_, dst, file, img, jpeg);
+      break;
+    } catch (const Error& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reported_bad_.insert(samples_[static_cast<size_t>(index)].path).second) {
+          bad_.fetch_add(1);
+          log::warn("skipping a bad sample: ", e.what());
+        }
+      }
+      TRAINER_CHECK(attempt < 16, "16 bad samples in a row, the last: ", e.what());
+      index = static_cast<int64_t>(mix_seed(static_cast<uint64_t>(index), attempt + 1) % samples_.size());
+    }
+  }
+  slot.labels.data_ptr<int64_t>()[pos] = samples_[static_cast<size_t>(index)].label;
+  slot.indices[static_cast<size_t>(pos)] = index;
+  done_samples_.fetch_add(1);
+}
+
+void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std::vector<uint8_t>& file, RgbImage& img,
+                                JpegDecoder& jpeg) {
+  const ImageSample& s = samples_[static_cast<size_t>(index)];
+  const int S = static_cast<int>(opt_.image_size);
+  auto t0 = Clock::now();
+  read_file(s.path, file);
+  read_ns_.fetch_add(ns_since(t0));
+
+  t0 = Clock::now();
+  int w = 0, h = 0;
+  read_image_size(jpeg, file.data(), file.size(), s.path, &w, &h);
+  TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, s.path, ": implausible size ", w, "x", h);
+  Rect win;
+  bool flip = false;
+  if (opt_.train) {
+    SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+    win = draw_rrc(rng, w, h, opt_.rrc_scale[0], opt_.rrc_scale[1], opt_.rrc_ratio[0], opt_.rrc_ratio[1]);
+    flip = rng.bernoulli(opt_.hflip);
+  } else {
+    win = center_crop_window(w, h, S, opt_.crop_pct);
+  }
+  Rect region;
+  if (sniff_format(file.data(), file.size()) == ImageFormat::jpeg) {
+    JpegDecodeOptions o;
+    o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
+    o.crop = opt_.crop_decode;
+    o.window = win;
+    jpeg.decode(file.data(), file.size(), o, img, s.path);
+    const int d = o.scale_denom;
+    if (o.crop) {
+      // the decoder returned the window rounded outwards to whole scaled pixels
+      const int x0 = win.x / d, y0 = win.y / d;
+      region = {static_cast<int>(std::lround(double(win.x) / d)) - x0,
+                static_cast<int>(std::lround(double(win.y) / d)) - y0, 0, 0};
+    } else {
+      region = {static_cast<int>(std::lround(double(win.x) / d)), static_cast<int>(std::lround(double(win.y) / d)), 0, 0};
+    }
+    region.w = std::max(1, static_cast<int>(std::lround(double(win.w) / d)));
+    region.h = std::max(1, static_cast<int>(std::lround(double(win.h) / d)));
+    region.x = std::clamp(region.x, 0, img.width - 1);
+    region.y = std::clamp(region.y, 0, img.height - 1);
+    region.w = std::min(region.w, img.width - region.x);
+    region.h = std::min(region.h, img.height - region.y);
+  } else {
+    decode_png(file.data(), file.size(), img, s.path);
+    region = win;
+  }
+  decode_ns_.fetch_add(ns_since(t0));
+
+  t0 = Clock::now();
+  resize_rgb(img.pixels.data(), img.width, img.height, region, dst, S, S, S * 3, flip);
+  resize_ns_.fetch_add(ns_since(t0));
+}
+
+// ---- consumer ----
+
+bool ImageLoader::next(Batch& out) {
+  const int64_t ring = static_cast<int64_t>(slots_.size());
+  Slot* slot;
+  int64_t size;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cursor_ >= batches_per_epoch()) return false;
+    // the previous batch's slot can be refilled once its copy to the device finished
+    if (cursor_ > released_) {
+#ifdef TRAINER_WITH_CUDA
+      Slot* prev = slots_[(cursor_ - 1) % ring].get();
+      if (prev->copied) prev->copied->synchronize();
+#endif
+      released_ = cursor_;
+      work_cv_.notify_all();
+    }
+    size = batch_size_of(cursor_);
+    slot = slots_[cursor_ % ring].get();
+    const int64_t want = cursor_;
+    done_cv_.wait(lock, [&] { return error_ || (slot->batch == want && slot->done == size); });
+    if (error_) std::rethrow_exception(error_);
+    ++cursor_;
+  }
+  out.indices = slot->indices;
+  torch::Tensor images = slot->images.narrow(0, 0, size);
+  torch::Tensor labels = slot->labels.narrow(0, 0, size);
+  if (device_.is_cuda()) {
+#ifdef TRAINER_WITH_CUDA
+    // ---- copy on a side stream; the compute stream waits on an event, not on the host ----
+    auto main = c10::cuda::getCurrentCUDAStream(device_.index());
+    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    torch::Tensor gi = torch::empty(images.sizes(), images.options().device(device_).pinned_memory(false));
+    torch::Tensor gl = torch::empty(labels.sizes(), labels.options().device(device_).pinned_memory(false));
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      gi.copy_(images, /*non_blocking=*/true);
+      gl.copy_(labels, /*non_blocking=*/true);
+      slot->copied->record(side);
+    }
+    slot->copied->block(main);
+    images = gi;
+    labels = gl;
+#endif
+  } else {
+    images = images.clone();  // the slot will be refilled
+    labels = labels.clone();
+  }
+  if (!opt_.normalize) {
+    out.images = images;
+  } else {
+    // (B,S,S,3) viewed as (B,3,S,S) has channels_last strides already
+    torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean255_).mul_(inv_std255_);
+    out.images = opt_.channels_last ? x : x.contiguous();
+  }
+  out.labels = labels;
+  return true;
+}
+
+StageTotals ImageLoader::stage_totals() const {
+  StageTotals t;
+  t.read_ns = read_ns_.load();
+  t.decode_ns = decode_ns_.load();
+  t.resize_ns = resize_ns_.load();
+  t.samples = done_samples_.load();
+  t.bad = bad_.load();
+  return t;
+}
+
+}  // namespace trainer

@@ -1,0 +1,101 @@
+// The CPU input pipeline for image files. A pool of decode threads fills a ring of reused pinned host
+// buffers, one batch each, uint8 NHWC; a slot is only refilled after the consumer released it (bounded
+// memory, back-pressure). Per sample: read the file, draw RandomResizedCrop + flip from (seed, epoch, index),
+// decode just the crop window at the smallest DCT scale that still covers the output size, resize
+// (antialiased bilinear) and flip straight into the batch slot. The consumer copies a finished slot to the GPU
+// on a side stream (an event orders it before use, no device-wide sync), and the GPU turns it into normalised
+// float NCHW with channels_last strides. Order and pixels do not depend on the number of threads.
+#pragma once
+#include <torch/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "data/jpeg_decoder.h"
+
+namespace trainer {
+
+struct ImageLoaderOptions {
+  int64_t batch_size = 256;
+  bool train = true;            // RRC + flip and shuffling; false: centre crop, dataset order, no padding
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  bool drop_last = true;        // train only
+  int64_t image_size = 224;     // output side
+  double crop_pct = 0.875;      // eval centre crop
+  std::vector<double> rrc_scale = {0.08, 1.0};
+  std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};
+  double hflip = 0.5;
+  std::vector<double> mean = {0.485, 0.456, 0.406};  // 0..1 scale
+  std::vector<double> std = {0.229, 0.224, 0.225};
+  bool channels_last = true;
+  int workers = 4;              // decode threads
+  int prefetch = 4;             // batches decoded ahead (ring slots = prefetch + 1)
+  bool dct_scale = true;        // decode at 1/2, 1/4, 1/8 when the crop allows
+  bool crop_decode = true;      // decode only the crop window
+  bool normalize = true;        // false: next() returns the raw uint8 NHWC batch (bench-data, tests)
+};
+
+// Time spent per stage, summed over threads (nanoseconds), and counts.
+struct StageTotals {
+  int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
+};
+
+class ImageLoader : public Loader {
+ public:
+  ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);
+  ~ImageLoader();
+  ImageLoader(const ImageLoader&) = delete;
+  ImageLoader& operator=(const ImageLoader&) = delete;
+
+  void set_epoch(int64_t epoch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
+  // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.
+  bool next(Batch& out) override;
+  int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
+  StageTotals stage_totals() const;
+
+ private:
+  struct Slot;
+  void worker_loop();
+  void process(int64_t task, Slot& slot, std::vector<uint8_t>& file, RgbImage& img, JpegDecoder& jpeg);
+  void decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std::vector<uint8_t>& file, RgbImage& img,
+                     JpegDecoder& jpeg);
+  int64_t batch_size_of(int64_t batch) const;
+
+  std::vector<ImageSample> samples_;
+  ImageLoaderOptions opt_;
+  torch::Device device_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::thread> threads_;
+  torch::Tensor mean255_, inv_std255_;
+
+  // ---- shared state, guarded by mu_ ----
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::vector<int64_t> order_;
+  int64_t epoch_ = 0;
+  int64_t total_tasks_ = 0;   // samples this epoch (after drop_last)
+  int64_t next_task_ = 0;     // next sample task to hand out
+  int64_t released_ = 0;      // batches the consumer is done with (their slots are free)
+  int64_t cursor_ = 0;        // next batch next() returns
+  int64_t in_flight_ = 0;     // tasks being processed
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::set<std::string> reported_bad_;
+
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0};
+};
+
+}  // namespace trainer

@@ -1,0 +1,184 @@
+#include "data/image_ops.h"
+
+#include <png.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace trainer {
+
+Rect draw_rrc(SampleRng& rng, int width, int height, double scale_lo, double scale_hi, double ratio_lo,
+              double ratio_hi) {
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(ratio_lo), log_hi = std::log(ratio_hi);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * rng.uniform(scale_lo, scale_hi);
+    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int y = static_cast<int>(rng.randint(0, height - h));
+      const int x = static_cast<int>(rng.randint(0, width - w));
+      return {x, y, w, h};
+    }
+  }
+  const double in_ratio = static_cast<double>(width) / height;
+  int w = width, h = height;
+  if (in_ratio < ratio_lo) {
+    h = static_cast<int>(std::lround(w / ratio_lo));
+  } else if (in_ratio > ratio_hi) {
+    w = static_cast<int>(std::lround(h * ratio_hi));
+  }
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+Rect center_crop_window(int width, int height, int size, double crop_pct) {
+  // torchvision: Resize(int(size / crop_pct)) on the shorter side, then CenterCrop(size)
+  const int resized_short = static_cast<int>(std::floor(size / crop_pct));
+  const double scale = static_cast<double>(std::min(width, height)) / resized_short;
+  const int cw = std::min(width, static_cast<int>(std::lround(size * scale)));
+  const int ch = std::min(height, static_cast<int>(std::lround(size * scale)));
+  return {(width - cw) / 2, (height - ch) / 2, cw, ch};
+}
+
+namespace {
+
+// Filter taps for one axis, as PIL's precompute_coeffs with the bilinear (triangle) filter.
+struct Taps {
+  std::vector<int> start, count;  // per output pixel: first source index and number of taps
+  std::vector<float> weights;     // count_max per output pixel
+  int max_taps = 0;
+};
+
+Taps make_taps(int in_offset, int in_size, int out_size, int in_total) {
+  Taps t;
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double fscale = std::max(scale, 1.0);  // widen the support when shrinking (antialias)
+  const double support = 1.0 * fscale;
+  t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  t.start.resize(out_size);
+  t.count.resize(out_size);
+  t.weights.assign(static_cast<size_t>(out_size) * t.max_taps, 0.f);
+  for (int i = 0; i < out_size; ++i) {
+    const double center = in_offset + (i + 0.5) * scale;
+    int xmin = std::max(static_cast<int>(center - support + 0.5), 0);
+    int xmax = std::min(static_cast<int>(center + support + 0.5), in_total);
+    xmin = std::max(xmin, 0);
+    double total = 0;
+    float* w = &t.weights[static_cast<size_t>(i) * t.max_taps];
+    int n = 0;
+    for (int x = xmin; x < xmax && n < t.max_taps; ++x, ++n) {
+      const double arg = (x - center + 0.5) / fscale;
+      const double v = std::max(0.0, 1.0 - std::fabs(arg));
+      w[n] = static_cast<float>(v);
+      total += v;
+    }
+    if (total > 0)
+      for (int k = 0; k < n; ++k) w[k] = static_cast<float>(w[k] / total);
+    t.start[i] = xmin;
+    t.count[i] = n;
+  }
+  return t;
+}
+
+inline uint8_t clamp_u8(float v) { return static_cast<uint8_t>(std::min(255.f, std::max(0.f, v + 0.5f))); }
+
+}  // namespace
+
+void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
+                bool flip) {
+  // PIL samples the region with the source's own borders available: taps may reach outside r but not outside
+  // the image, as torchvision's crop-then-resize does not... crop first: clamp taps to r.
+  const Taps tx = make_taps(0, r.w, dst_w, r.w);
+  const Taps ty = make_taps(0, r.h, dst_h, r.h);
+  // horizontal pass: r.h rows x dst_w x 3, float
+  thread_local std::vector<float> tmp;
+  tmp.resize(static_cast<size_t>(r.h) * dst_w * 3);
+  for (int y = 0; y < r.h; ++y) {
+    const uint8_t* row = src + (static_cast<size_t>(r.y + y) * src_w + r.x) * 3;
+    float* out = &tmp[static_cast<size_t>(y) * dst_w * 3];
+    for (int x = 0; x < dst_w; ++x) {
+      const float* w = &tx.weights[static_cast<size_t>(x) * tx.max_taps];
+      const uint8_t* p = row + static_cast<size_t>(tx.start[x]) * 3;
+      float a = 0, b = 0, c = 0;
+      for (int k = 0; k < tx.count[x]; ++k) {
+        a += w[k] * p[3 * k];
+        b += w[k] * p[3 * k + 1];
+        c += w[k] * p[3 * k + 2];
+      }
+      const int ox = flip ? dst_w - 1 - x : x;
+      out[3 * ox] = a;
+      out[3 * ox + 1] = b;
+      out[3 * ox + 2] = c;
+    }
+  }
+  // vertical pass into dst, rounded to uint8
+  for (int y = 0; y < dst_h; ++y) {
+    const float* w = &ty.weights[static_cast<size_t>(y) * ty.max_taps];
+    uint8_t* out = dst + static_cast<size_t>(y) * dst_stride;
+    const int n = ty.count[y], s = ty.start[y];
+    for (int x = 0; x < dst_w * 3; ++x) {
+      float acc = 0;
+      for (int k = 0; k < n; ++k) acc += w[k] * tmp[static_cast<size_t>(s + k) * dst_w * 3 + x];
+      out[x] = clamp_u8(acc);
+    }
+  }
+  (void)src_h;
+}
+
+ImageFormat sniff_format(const uint8_t* d, size_t n) {
+  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::jpeg;
+  if (n >= 8 && std::memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::png;
+  return ImageFormat::unknown;
+}
+
+void decode_png(const uint8_t* data, size_t size, RgbImage& out, const std::string& name) {
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&img, data, size))
+    TRAINER_FAIL(name, ": not a readable PNG: ", img.message);
+  if (int64_t(img.width) * img.height > kMaxImagePixels || img.width == 0 || img.height == 0) {
+    png_image_free(&img);
+    TRAINER_FAIL(name, ": refusing a ", img.width, "x", img.height, " PNG (limit ", kMaxImagePixels, " pixels)");
+  }
+  img.format = PNG_FORMAT_RGB;
+  out.width = static_cast<int>(img.width);
+  out.height = static_cast<int>(img.height);
+  out.pixels.resize(PNG_IMAGE_SIZE(img));
+  // alpha is composited on black, as PIL's convert("RGB") drops it
+  if (!png_image_finish_read(&img, nullptr, out.pixels.data(), 0, nullptr)) {
+    const std::string why = img.message;
+    png_image_free(&img);
+    TRAINER_FAIL(name, ": corrupt PNG: ", why);
+  }
+}
+
+void read_image_size(JpegDecoder& jpeg, const uint8_t* data, size_t size, const std::string& name, int* w, int* h) {
+  switch (sniff_format(data, size)) {
+    case ImageFormat::jpeg: {
+      const JpegInfo i = jpeg.read_info(data, size, name);
+      *w = i.width;
+      *h = i.height;
+      return;
+    }
+    case ImageFormat::png: {
+      png_image img;
+      std::memset(&img, 0, sizeof(img));
+      img.version = PNG_IMAGE_VERSION;
+      if (!png_image_begin_read_from_memory(&img, data, size)) TRAINER_FAIL(name, ": not a readable PNG");
+      *w = static_cast<int>(img.width);
+      *h = static_cast<int>(img.height);
+      png_image_free(&img);
+      return;
+    }
+    case ImageFormat::unknown:
+      break;
+  }
+  TRAINER_FAIL(name, ": not a JPEG or PNG file (", size, " bytes)");
+}
+
+}  // namespace trainer

@@ -1,0 +1,26 @@
+// What the engine sees of any data source: epochs of batches already on the training device.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace trainer {
+
+struct Batch {
+  torch::Tensor images;  // (B,C,H,W) float32, normalised; channels_last strides when requested
+  torch::Tensor labels;  // (B,) int64
+  std::vector<int64_t> indices;  // dataset indices of the batch (host)
+};
+
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  virtual void set_epoch(int64_t epoch) = 0;  // fixes the epoch's order; call before next()
+  virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t samples_per_epoch() const = 0;
+  virtual bool next(Batch& out) = 0;          // false at the end of the epoch
+  virtual int64_t bad_samples() const { return 0; }  // samples replaced because they failed to decode
+};
+
+}  // namespace trainer

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The PyTorch reference for `trainer bench-data`: torchvision ImageFolder + DataLoader (PIL decode,
+RandomResizedCrop 224 + horizontal flip, the same files and worker count), batches moved to the GPU and
+normalised there as float (the same output as trainer's loader), warm-up batches excluded. Prints JSON.
+
+usage: bench_torch_dataloader.py ROOT --workers N [--batch-size 256] [--batches 50] [--warmup 5] [--out F]
+"""
+import argparse
+import json
+import time
+
+import torch
+import torchvision
+from torchvision import transforms
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--batches", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                             transforms.PILToTensor()])  # uint8; normalisation on the GPU, as trainer does
+    ds = torchvision.datasets.ImageFolder(a.root, transform=tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
+                                     pin_memory=True, drop_last=True, persistent_workers=True,
+                                     prefetch_factor=4)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255
+
+    def batches():
+        while True:
+            for x, y in dl:
+                yield x, y
+
+    it = batches()
+    for _ in range(a.warmup):
+        next(it)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(a.batches):
+        x, y = next(it)
+        x = x.to(dev, non_blocking=True).to(memory_format=torch.channels_last).float().sub_(mean).div_(std)
+        y = y.to(dev, non_blocking=True)
+        n += x.shape[0]
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    sec = time.perf_counter() - t0
+    res = {"tool": "torch DataLoader", "workers": a.workers, "batch_size": a.batch_size, "files": len(ds),
+           "augment": "RandomResizedCrop(224)+flip, PIL", "output": "float32 channels_last on the device, normalised",
+           "img_per_s": n / sec}
+    text = json.dumps(res, indent=2)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+// The input pipeline on the CPU: decode against Pillow, crop-only and DCT-scaled decode against full decode,
+// resize against torchvision, RRC sampling, centre crop, thread-count independence, sharding, bad files, IDX.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/check.h"
+#include "core/fs.h"
+#include "data/idx.h"
+#include "data/image_folder.h"
+#include "data/image_loader.h"
+#include "data/image_ops.h"
+#include "data/jpeg_decoder.h"
+#include "data/sharding.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+std::vector<uint8_t> bytes_of(const std::string& path) {
+  const std::string s = test::read_file(path);
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+// mean and max absolute difference of two RGB buffers
+std::pair<double, int> diff(const uint8_t* a, const uint8_t* b, size_t n) {
+  double sum = 0;
+  int mx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int d = std::abs(int(a[i]) - int(b[i]));
+    sum += d;
+    mx = std::max(mx, d);
+  }
+  return {sum / n, mx};
+}
+
+class Images : public test::FixtureSuite {
+ protected:
+  static void SetUpTestSuite() { load_fixtures("data", "tests/data/make_images.py", ""); }
+  static nlohmann::json meta() {
+    std::ifstream f(fixture_path("meta.json"));
+    return nlohmann::json::parse(f);
+  }
+  static RgbImage decode_full(const std::string& name, JpegDecodeOptions o = {}) {
+    JpegDecoder dec;
+    auto b = bytes_of(fixture_path(name + ".jpg"));
+    RgbImage img;
+    dec.decode(b.data(), b.size(), o, img, name);
+    return img;
+  }
+};
+
+TEST_F(Images, JpegVariantsMatchPillow) {
+  for (const std::string name : {"baseline", "progressive", "gray", "cmyk", "odd", "exif"}) {
+    SCOPED_TRACE(name);
+    const RgbImage img = decode_full(name);
+    const auto m = meta()[name];
+    ASSERT_EQ(img.width, m["w"].get<int>());
+    ASSERT_EQ(img.height, m["h"].get<int>());
+    const auto ref = bytes_of(fixture_path(name + ".rgb"));
+    ASSERT_EQ(ref.size(), img.pixels.size());
+    const auto [mean, mx] = diff(img.pixels.data(), ref.data(), ref.size());
+    EXPECT_LT(mean, 0.5);
+    EXPECT_LE(mx, name == "cmyk" ? 3 : 2);
+  }
+}
+
+TEST_F(Images, PngWithAlphaMatchesPillow) {
+  auto b = bytes_of(fixture_path("alpha.png"));
+  RgbImage img;
+  decode_png(b.data(), b.size(), img, "alpha.png");
+  ASSERT_EQ(img.width, 61);
+  ASSERT_EQ(img.height, 47);
+  const auto ref = bytes_of(fixture_path("alpha.rgb"));
+  EXPECT_EQ(diff(img.pixels.data(), ref.data(), ref.size()).second, 0);
+}
+
+TEST_F(Images, CropDecodeEqualsFullDecodeThenCrop) {
+  for (const std::string name : {"baseline", "progressive"}) {
+    const RgbImage full = decode_full(name);
+    JpegDecodeOptions o;
+    o.crop = true;
+    o.window = {45, 33, 150, 120};
+    const RgbImage crop = decode_full(name, o);
+    ASSERT_EQ(crop.width, 150);
+    ASSERT_EQ(crop.height, 120);
+    double sum = 0;
+    int mx = 0;
+    for (int y = 0; y < crop.height; ++y)
+      for (int x = 0; x < crop.width * 3; ++x) {
+        const int d = std::abs(int(crop.pixels[(y * crop.width) * 3 + x]) -
+                               int(full.pixels[((y + 33) * full.width + 45) * 3 + x]));
+        sum += d;
+        mx = std::max(mx, d);
+      }
+    // chroma upsampling at the window's left edge sees one fewer neighbour: tiny edge differences only
+    EXPECT_LT(sum / (crop.width * crop.height * 3), 0.05) << name;
+    EXPECT_LE(mx, 4) << name;
+  }
+}
+
+TEST_F(Images, DctScaledDecodeApproximatesFullDecodeThenResize) {
+  const RgbImage full = decode_full("baseline");
+  for (int d : {2, 4}) {
+    JpegDecodeOptions o;
+    o.scale_denom = d;
+    const RgbImage small = decode_full("baseline", o);
+    ASSERT_EQ(small.width, (full.width + d - 1) / d);
+    std::vector<uint8_t> ref(small.pixels.size());
+    resize_rgb(full.pixels.data(), full.width, full.height, {0, 0, full.width, full.height}, ref.data(), small.width,
+               small.height, small.width * 3, false);
+    const auto [mean, mx] = diff(small.pixels.data(), ref.data(), ref.size());
+    EXPECT_LT(mean, 4.0) << "1/" << d;  // IDCT scaling is a different (sharper) low-pass than the triangle filter
+  }
+}
+
+TEST_F(Images, ResizeMatchesTorchvisionAntialiasedBilinear) {
+  const auto src = bytes_of(fixture_path("resize_src.rgb"));
+  for (auto [w, h] : std::vector<std::pair<int, int>>{{224, 224}, {97, 61}, {480, 352}}) {
+    std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3);
+    resize_rgb(src.data(), 300, 200, {0, 0, 300, 200}, out.data(), w, h, w * 3, false);
+    const auto ref = bytes_of(fixture_path("resize_" + std::to_string(w) + "x" + std::to_string(h) + ".rgb"));
+    const auto [mean, mx] = diff(out.data(), ref.data(), ref.size());
+    // torchvision (like PIL) rounds its horizontal pass to uint8 before the vertical one; we keep floats, so
+    // about a fifth of the values differ by one level and none by more
+    EXPECT_LE(mx, 1) << w << "x" << h;
+    EXPECT_LT(mean, 0.25) << w << "x" << h;
+  }
+}
+
+TEST_F(Images, CorruptTruncatedEmptyAndNonImageFilesThrowWithPath) {
+  auto good = bytes_of(fixture_path("baseline.jpg"));
+  JpegDecoder dec;
+  RgbImage img;
+  std::vector<uint8_t> trunc(good.begin(), good.begin() + good.size() / 3);
+  try {
+    dec.decode(trunc.data(), trunc.size(), {}, img, "cut.jpg");
+    FAIL() << "a truncated JPEG decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.jpg"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(dec.decode(good.data(), 0, {}, img, "empty.jpg"), Error);
+  const std::string text = "hello, not an image";
+  int w, h;
+  EXPECT_THROW(read_image_size(dec, reinterpret_cast<const uint8_t*>(text.data()), text.size(), "t.jpg", &w, &h),
+               Error);
+  // a header claiming 65500 x 65500 is refused before any allocation
+  auto huge = good;
+  for (size_t i = 0; i + 8 < huge.size(); ++i)
+    if (huge[i] == 0xFF && huge[i + 1] == 0xC0) {
+      huge[i + 5] = 0xFF, huge[i + 6] = 0xDC, huge[i + 7] = 0xFF, huge[i + 8] = 0xDC;
+      break;
+    }
+  try {
+    dec.decode(huge.data(), huge.size(), {}, img, "huge.jpg");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("refusing"), std::string::npos) << e.what();
+  }
+  // the decoder is reusable after errors
+  dec.decode(good.data(), good.size(), {}, img, "good.jpg");
+  EXPECT_EQ(img.width, 320);
+}
+
+TEST(ImageOps, CenterCropWindowIsTorchvisions) {
+  const Rect r = center_crop_window(500, 400, 224, 0.875);  // Resize(256) -> 320x256, CenterCrop(224)
+  EXPECT_EQ(r.w, 350);
+  EXPECT_EQ(r.h, 350);
+  EXPECT_EQ(r.x, 75);
+  EXPECT_EQ(r.y, 25);
+}
+
+TEST(ImageOps, RrcDrawsFollowTorchvisionsDistribution) {
+  const int W = 500, H = 400, N = 20000;
+  double log_ratio_sum = 0, area_sum = 0;
+  int fallback_like = 0;
+  for (int i = 0; i < N; ++i) {
+    SampleRng rng(1, 0, static_cast<uint64_t>(i));
+    const Rect r = draw_rrc(rng, W, H, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0);
+    ASSERT_TRUE(r.x >= 0 && r.y >= 0 && r.w > 0 && r.h > 0 && r.x + r.w <= W && r.y + r.h <= H);
+    const double frac = double(r.w) * r.h / (W * H);
+    area_sum += frac;
+    log_ratio_sum += std::log(double(r.w) / r.h);
+    fallback_like += (r.w == W || r.h == H);
+    SampleRng again(1, 0, static_cast<uint64_t>(i));
+    const Rect r2 = draw_rrc(again, W, H, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0);
+    ASSERT_TRUE(r.x == r2.x && r.y == r2.y && r.w == r2.w && r.h == r2.h) << "draws must be reproducible";
+  }
+  // accepted draws have area fraction ~U(0.08, 1) truncated by the 500x400 bounds: mean well inside (0.3, 0.55)
+  EXPECT_GT(area_sum / N, 0.3);
+  EXPECT_LT(area_sum / N, 0.55);
+  EXPECT_NEAR(log_ratio_sum / N, 0.0, 0.03);  // log-uniform aspect, symmetric range
+  EXPECT_LT(fallback_like, N / 4);
+}
+
+// ---- loader ----
+
+class Folder : public test::FixtureSuite {
+ protected:
+  static void SetUpTestSuite() { load_fixtures("data", "tests/data/make_images.py", ""); }
+  // root/<class>/*.jpg: 3 classes x 7 files, copies of the fixtures
+  static std::string make_folder(test::TempDir& dir, int bad_files = 0) {
+    const std::string root = dir.file("set");
+    int k = 0;
+    for (const std::string cls : {"cat", "dog", "emu"}) {
+      fs::make_dirs(root + "/" + cls);
+      for (int i = 0; i < 7; ++i) {
+        const char* src[] = {"baseline", "progressive", "gray", "cmyk", "odd", "exif", "baseline"};
+        test::write_file(root + "/" + cls + "/" + std::to_string(i) + ".jpg",
+                         test::read_file(fixture_path(std::string(src[i]) + ".jpg")));
+        ++k;
+      }
+    }
+    if (bad_files > 0) test::write_file(root + "/cat/zz_empty.jpg", "");
+    if (bad_files > 1) test::write_file(root + "/dog/zz_text.jpg", "this is text");
+    if (bad_files > 2) {
+      const std::string good = test::read_file(fixture_path("baseline.jpg"));
+      test::write_file(root + "/emu/zz_cut.jpg", good.substr(0, good.size() / 2));
+    }
+    return root;
+  }
+  static std::vector<torch::Tensor> epoch(ImageLoader& l, int64_t e) {
+    l.set_epoch(e);
+    std::vector<torch::Tensor> out;
+    Batch b;
+    while (l.next(b)) out.push_back(b.images.clone());
+    return out;
+  }
+  static ImageLoaderOptions options(int workers) {
+    ImageLoaderOptions o;
+    o.batch_size = 4;
+    o.image_size = 32;
+    o.workers = workers;
+    o.prefetch = 2;
+    o.normalize = false;
+    o.seed = 9;
+    return o;
+  }
+};
+
+TEST_F(Folder, ScanSortsClassesAndFindsImages) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  EXPECT_EQ(list.classes, (std::vector<std::string>{"cat", "dog", "emu"}));
+  EXPECT_EQ(list.samples.size(), 21u);
+  EXPECT_EQ(list.samples.back().label, 2);
+  EXPECT_THROW(scan_image_folder(dir.file("nope")), Error);
+  fs::make_dirs(dir.file("set/empty_class"));
+  try {
+    scan_image_folder(dir.file("set"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_class"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Folder, SameBatchesWithOneOrFourThreads) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  ImageLoader one(list.samples, options(1), torch::kCPU), four(list.samples, options(4), torch::kCPU);
+  for (int64_t e : {0, 1}) {
+    const auto a = epoch(one, e), b = epoch(four, e);
+    ASSERT_EQ(a.size(), 5u);  // 21 samples, batch 4, drop_last
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "epoch " << e << " batch " << i;
+  }
+  // a new epoch draws new crops
+  EXPECT_FALSE(torch::equal(epoch(one, 0)[0], epoch(one, 1)[0]));
+}
+
+TEST_F(Folder, BadFilesAreCountedAndReplaced) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir, 3));
+  ASSERT_EQ(list.samples.size(), 24u);
+  ImageLoaderOptions o = options(2);
+  o.train = false;  // every sample once, in order
+  ImageLoader l(list.samples, o, torch::kCPU);
+  Batch b;
+  int64_t seen = 0;
+  while (l.next(b)) seen += b.labels.size(0);
+  EXPECT_EQ(seen, 24);
+  EXPECT_EQ(l.bad_samples(), 3);
+}
+
+TEST_F(Folder, EvalIsCentreCropResize) {
+  test::TempDir dir;
+  auto list = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions o = options(1);
+  o.train = false;
+  o.image_size = 64;
+  o.crop_pct = 0.875;
+  o.dct_scale = false;
+  ImageLoader l({list.samples[0]}, o, torch::kCPU);
+  Batch b;
+  ASSERT_TRUE(l.next(b));
+  // by hand: full decode, window, resize
+  JpegDecoder dec;
+  auto bytes = bytes_of(list.samples[0].path);
+  RgbImage full;
+  dec.decode(bytes.data(), bytes.size(), {}, full, "x");
+  std::vector<uint8_t> ref(64 * 64 * 3);
+  resize_rgb(full.pixels.data(), full.width, full.height, center_crop_window(full.width, full.height, 64, 0.875),
+             ref.data(), 64, 64, 64 * 3, false);
+  auto got = b.images.contiguous();
+  const auto [mean, mx] = diff(got.data_ptr<uint8_t>(), ref.data(), ref.size());
+  EXPECT_LT(mean, 0.3);
+  EXPECT_LE(mx, 4);
+}
+
+TEST(Sharding, EverySampleOncePerEpochAcrossRanks) {
+  for (int world : {1, 2, 3, 4}) {
+    std::multiset<int64_t> all;
+    size_t per_rank = 0;
+    for (int r = 0; r < world; ++r) {
+      ShardSpec s;
+      s.dataset_size = 96;  // divisible by every world size here: no padding
+      s.seed = 4;
+      s.epoch = 2;
+      s.rank = r;
+      s.world_size = world;
+      const auto idx = epoch_indices(s);
+      if (r == 0) per_rank = idx.size();
+      EXPECT_EQ(idx.size(), per_rank);
+      all.insert(idx.begin(), idx.end());
+    }
+    EXPECT_EQ(all.size(), 96u);
+    for (int64_t i = 0; i < 96; ++i) EXPECT_EQ(all.count(i), 1u) << "world " << world << " index " << i;
+  }
+  ShardSpec s;  // 10 samples over 4 ranks: padded to 12 by wrapping, so every sample at least once
+  s.dataset_size = 10;
+  s.world_size = 4;
+  std::set<int64_t> seen;
+  for (int r = 0; r < 4; ++r) {
+    s.rank = r;
+    const auto idx = epoch_indices(s);
+    EXPECT_EQ(idx.size(), 3u);
+    seen.insert(idx.begin(), idx.end());
+  }
+  EXPECT_EQ(seen.size(), 10u);
+}
+
+// ---- IDX ----
+
+void write_idx(const std::string& path, const std::vector<int>& dims, const std::vector<uint8_t>& data, bool gz) {
+  std::string s = {0, 0, 8, static_cast<char>(dims.size())};
+  for (int d : dims) s += {char(d >> 24), char((d >> 16) & 255), char((d >> 8) & 255), char(d & 255)};
+  s.append(data.begin(), data.end());
+  if (!gz) return test::write_file(path, s);
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, s.data(), static_cast<unsigned>(s.size()));
+  gzclose(f);
+}
+
+TEST(Idx, ReadsRawAndGzippedAndRejectsBadFiles) {
+  test::TempDir dir;
+  std::vector<uint8_t> px(2 * 3 * 4);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 7);
+  write_idx(dir.file("s-images-idx3-ubyte.gz"), {2, 3, 4}, px, true);
+  write_idx(dir.file("s-labels-idx1-ubyte"), {2}, {1, 0}, false);
+  const InMemoryDataset d = load_idx_split(dir.path(), "s");
+  EXPECT_EQ(d.images.sizes(), (std::vector<int64_t>{2, 3, 4, 1}));
+  EXPECT_EQ(d.images[1][2][3][0].item<int>(), px[23]);
+  EXPECT_EQ(d.labels[0].item<int64_t>(), 1);
+  EXPECT_EQ(d.num_classes, 2);
+  write_idx(dir.file("cut-images-idx3-ubyte"), {5, 3, 4}, px, false);  // promises 60 bytes, holds 24
+  try {
+    read_idx(dir.file("cut-images-idx3-ubyte"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut-images-idx3-ubyte"), std::string::npos);
+  }
+  test::write_file(dir.file("bad"), "PK\x03\x04 not idx");
+  EXPECT_THROW(read_idx(dir.file("bad")), Error);
+  EXPECT_THROW(load_idx_split(dir.path(), "missing"), Error);
+}
+
+}  // namespace
+}  // namespace trainer

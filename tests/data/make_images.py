@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Fixtures for the data tests, encoded here at test time with Pillow: JPEG variants (baseline, progressive,
+grayscale, CMYK, odd size, EXIF), a PNG with alpha, each with Pillow's decode as the reference (raw RGB), and
+torchvision's antialiased bilinear resizes of a random image as the resize reference.
+usage: make_images.py OUTDIR
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as F
+
+
+def photo_like(w, h, seed):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([128 + 100 * np.sin(x / 17.0 + c) * np.cos(y / 23.0 - c) for c in range(3)], -1)
+    return np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+
+
+def main():
+    out = sys.argv[1]
+    meta = {}
+    rgb = Image.fromarray(photo_like(320, 240, 0))
+    variants = {
+        "baseline": (rgb, dict(quality=90)),
+        "progressive": (rgb, dict(quality=90, progressive=True)),
+        "gray": (rgb.convert("L"), dict(quality=90)),
+        "cmyk": (rgb.convert("CMYK"), dict(quality=95)),
+        "odd": (Image.fromarray(photo_like(37, 53, 1)), dict(quality=85)),
+        "exif": (rgb, dict(quality=90, exif=Image.Exif())),
+    }
+    ex = Image.Exif()
+    ex[0x0112] = 1  # orientation tag present (value 1: as stored)
+    variants["exif"] = (rgb, dict(quality=90, exif=ex.tobytes()))
+    for name, (im, kw) in variants.items():
+        path = f"{out}/{name}.jpg"
+        im.save(path, format="JPEG", **kw)
+        ref = np.asarray(Image.open(path).convert("RGB"))
+        ref.tofile(f"{out}/{name}.rgb")
+        meta[name] = {"w": ref.shape[1], "h": ref.shape[0]}
+    rgba = Image.fromarray(np.concatenate([photo_like(61, 47, 2), np.full((47, 61, 1), 255, np.uint8)], -1), "RGBA")
+    rgba.save(f"{out}/alpha.png")
+    np.asarray(rgba.convert("RGB")).tofile(f"{out}/alpha.rgb")
+    meta["alpha"] = {"w": 61, "h": 47}
+    # resize references: torchvision antialiased bilinear on uint8 (B,C,H,W)
+    src = photo_like(300, 200, 3)
+    src.tofile(f"{out}/resize_src.rgb")
+    meta["resize_src"] = {"w": 300, "h": 200}
+    t = torch.from_numpy(src).permute(2, 0, 1).unsqueeze(0)
+    for (w, h) in [(224, 224), (97, 61), (480, 352)]:
+        r = F.resize(t, [h, w], interpolation=F.InterpolationMode.BILINEAR, antialias=True)
+        r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_{w}x{h}.rgb")
+    with open(f"{out}/meta.json", "w") as f:
+        json.dump(meta, f)
+
+
+if __name__ == "__main__":
+    main()
