@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device session on the GPU host, in phases so each fits a call: build | test | bench | fmnist.
+# One device session on the GPU host, in phases so each fits a call:
+#   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -25,6 +26,28 @@ case "$phase" in
       set -- $w
       NO_COMPILE=${NO_COMPILE:-0} scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -3
     done
+    ;;
+  gputest)
+    (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?
+    grep -E "Passed|Failed|Skipped|tests passed" "$out/ctest_gpu.log"
+    exit $rc
+    ;;
+  data)
+    python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like --train 4000 --val 500 \
+      | tee "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
+    $T bench-data "${common[@]}" --out "$out/bench/data_trainer.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.dct_scale=false --out "$out/bench/data_trainer_nodct.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.crop_decode=false --out "$out/bench/data_trainer_nocrop.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.crop_decode=false --set data.dct_scale=false \
+      --out "$out/bench/data_trainer_plain.json" 2>&1 | grep bench-data
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+      --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
+    ;;
+  e2e)
+    $T --config configs/imagenet_like.yaml --set run.out_dir="$out/runs" 2>&1 | tee "$out/e2e.log" \
+      | grep -E "done in|trained|error|warn"
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \
