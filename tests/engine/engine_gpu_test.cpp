@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/fs.h"
+#include "data/image_folder.h"
+#include "data/image_loader.h"
 #include "data/memory_loader.h"
+#include "test_support/test_support.h"
 #include "engine/trainer.h"
 #include "models/registry.h"
 #include "runtime/env.h"
@@ -106,6 +110,43 @@ TEST(Gpu, ResidentLoaderEqualsCpuLoader) {
     ++n;
   }
   EXPECT_EQ(n, 4);
+}
+
+TEST(Gpu, ImageLoaderBatchesSurviveQueuedComputeWork) {
+  // The side-stream copy must never write memory that queued compute work still reads: keep the compute
+  // stream busy between batches and check every label and pixel against the CPU loader.
+  REQUIRE_GPU();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  test::TempDir dir;
+  for (int c = 0; c < 5; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    for (int i = 0; i < 13; ++i)
+      test::write_file(d + "/" + std::to_string(i) + ".jpg", test::read_file(fx + (i % 2 ? "/baseline.jpg" : "/progressive.jpg")));
+  }
+  const auto list = scan_image_folder(dir.file("set"));
+  ImageLoaderOptions o;
+  o.batch_size = 8;
+  o.image_size = 64;
+  o.workers = 4;
+  o.prefetch = 2;
+  o.channels_last = true;
+  ImageLoader cpu(list.samples, o, torch::kCPU), gpu(list.samples, o, torch::Device(torch::kCUDA, 0));
+  auto big = torch::randn({4096, 4096}, torch::TensorOptions().device(torch::kCUDA));
+  for (int64_t e : {0, 1}) {
+    cpu.set_epoch(e);
+    gpu.set_epoch(e);
+    Batch a, b;
+    std::vector<Batch> kept;
+    while (cpu.next(a)) {
+      ASSERT_TRUE(gpu.next(b));
+      for (int k = 0; k < 3; ++k) big = torch::mm(big, big).div_(4096);  // queue compute work
+      kept.push_back(b);
+      EXPECT_TRUE(torch::equal(a.labels, b.labels.cpu()));
+      EXPECT_TRUE(torch::allclose(a.images, b.images.cpu(), 1e-5, 1e-5));
+    }
+    EXPECT_FALSE(gpu.next(b));
+  }
 }
 
 }  // namespace

@@ -277,16 +277,22 @@ bool ImageLoader::next(Batch& out) {
   if (device_.is_cuda()) {
 #ifdef TRAINER_WITH_CUDA
     // ---- copy on a side stream; the compute stream waits on an event, not on the host ----
+    // Allocate on the side stream and mark the tensors as used by the compute stream: the caching allocator
+    // then never hands this memory to anyone while either stream may still touch it. (Allocating on the
+    // compute stream instead lets the side stream overwrite blocks that queued compute work still reads.)
     auto main = c10::cuda::getCurrentCUDAStream(device_.index());
     auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
-    torch::Tensor gi = torch::empty(images.sizes(), images.options().device(device_).pinned_memory(false));
-    torch::Tensor gl = torch::empty(labels.sizes(), labels.options().device(device_).pinned_memory(false));
+    torch::Tensor gi, gl;
     {
       c10::cuda::CUDAStreamGuard guard(side);
+      gi = torch::empty(images.sizes(), images.options().device(device_).pinned_memory(false));
+      gl = torch::empty(labels.sizes(), labels.options().device(device_).pinned_memory(false));
       gi.copy_(images, /*non_blocking=*/true);
       gl.copy_(labels, /*non_blocking=*/true);
       slot->copied->record(side);
     }
+    gi.record_stream(main);
+    gl.record_stream(main);
     slot->copied->block(main);
     images = gi;
     labels = gl;

@@ -2,6 +2,9 @@
 
 #include <png.h>
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -90,40 +93,54 @@ inline uint8_t clamp_u8(float v) { return static_cast<uint8_t>(std::min(255.f, s
 
 void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
                 bool flip) {
-  // PIL samples the region with the source's own borders available: taps may reach outside r but not outside
-  // the image, as torchvision's crop-then-resize does not... crop first: clamp taps to r.
+  // Enlarging both ways: antialiasing changes nothing and OpenCV's SIMD bilinear (half-pixel centres, as
+  // torchvision) does it; the flip is a second cheap pass.
+  if (r.w <= dst_w && r.h <= dst_h) {
+    const cv::Mat in(r.h, r.w, CV_8UC3, const_cast<uint8_t*>(src + (static_cast<size_t>(r.y) * src_w + r.x) * 3),
+                     static_cast<size_t>(src_w) * 3);
+    cv::Mat out(dst_h, dst_w, CV_8UC3, dst, static_cast<size_t>(dst_stride));
+    cv::resize(in, out, cv::Size(dst_w, dst_h), 0, 0, cv::INTER_LINEAR);
+    if (flip) cv::flip(out, out, 1);
+    return;
+  }
+  // Shrinking: the antialiased triangle filter, vertical pass first (contiguous rows: vectorises), then the
+  // horizontal pass on the already-short image, with a fixed tap count so the inner loop unrolls.
   const Taps tx = make_taps(0, r.w, dst_w, r.w);
   const Taps ty = make_taps(0, r.h, dst_h, r.h);
-  // horizontal pass: r.h rows x dst_w x 3, float
-  thread_local std::vector<float> tmp;
-  tmp.resize(static_cast<size_t>(r.h) * dst_w * 3);
-  for (int y = 0; y < r.h; ++y) {
-    const uint8_t* row = src + (static_cast<size_t>(r.y + y) * src_w + r.x) * 3;
-    float* out = &tmp[static_cast<size_t>(y) * dst_w * 3];
-    for (int x = 0; x < dst_w; ++x) {
-      const float* w = &tx.weights[static_cast<size_t>(x) * tx.max_taps];
-      const uint8_t* p = row + static_cast<size_t>(tx.start[x]) * 3;
-      float a = 0, b = 0, c = 0;
-      for (int k = 0; k < tx.count[x]; ++k) {
-        a += w[k] * p[3 * k];
-        b += w[k] * p[3 * k + 1];
-        c += w[k] * p[3 * k + 2];
-      }
-      const int ox = flip ? dst_w - 1 - x : x;
-      out[3 * ox] = a;
-      out[3 * ox + 1] = b;
-      out[3 * ox + 2] = c;
+  const int row_len = r.w * 3;
+  thread_local std::vector<float> tmp;  // (dst_h, r.w*3)
+  tmp.resize(static_cast<size_t>(dst_h) * row_len);
+  for (int y = 0; y < dst_h; ++y) {
+    float* out = &tmp[static_cast<size_t>(y) * row_len];
+    std::fill(out, out + row_len, 0.f);
+    const float* w = &ty.weights[static_cast<size_t>(y) * ty.max_taps];
+    for (int k = 0; k < ty.count[y]; ++k) {
+      const uint8_t* in = src + (static_cast<size_t>(r.y + ty.start[y] + k) * src_w + r.x) * 3;
+      const float wk = w[k];
+      for (int i = 0; i < row_len; ++i) out[i] += wk * in[i];
     }
   }
-  // vertical pass into dst, rounded to uint8
+  const int T = tx.max_taps;
   for (int y = 0; y < dst_h; ++y) {
-    const float* w = &ty.weights[static_cast<size_t>(y) * ty.max_taps];
+    const float* row = &tmp[static_cast<size_t>(y) * row_len];
     uint8_t* out = dst + static_cast<size_t>(y) * dst_stride;
-    const int n = ty.count[y], s = ty.start[y];
-    for (int x = 0; x < dst_w * 3; ++x) {
-      float acc = 0;
-      for (int k = 0; k < n; ++k) acc += w[k] * tmp[static_cast<size_t>(s + k) * dst_w * 3 + x];
-      out[x] = clamp_u8(acc);
+    for (int x = 0; x < dst_w; ++x) {
+      const float* w = &tx.weights[static_cast<size_t>(x) * T];
+      // taps past count[x] have weight 0; keep reads inside the row
+      const int s0 = std::min(tx.start[x], r.w - T > 0 ? r.w - T : 0);
+      const int shift = tx.start[x] - s0;
+      const float* p = row + static_cast<size_t>(s0) * 3;
+      float a = 0, b = 0, c = 0;
+      for (int k = 0; k < T && s0 + k < r.w; ++k) {
+        const float wk = (k >= shift && k - shift < tx.count[x]) ? w[k - shift] : 0.f;
+        a += wk * p[3 * k];
+        b += wk * p[3 * k + 1];
+        c += wk * p[3 * k + 2];
+      }
+      const int ox = flip ? dst_w - 1 - x : x;
+      out[3 * ox] = clamp_u8(a);
+      out[3 * ox + 1] = clamp_u8(b);
+      out[3 * ox + 2] = clamp_u8(c);
     }
   }
   (void)src_h;
