@@ -149,7 +149,7 @@ TEST(Config, PrintedYamlReadsBackIdentically) {
 
 TEST(Config, DocsMentionEveryKey) {
   const std::string docs = config_to_yaml(Config(), true);
-  expect_has(docs, "lr: 0.10000000000000001  # peak learning rate");
+  expect_has(docs, "lr: 0.20000000000000001  # peak learning rate");
   expect_has(docs, "precision: \"bf16\"  # autocast precision on CUDA (one of: bf16, fp16, fp32)");
 }
 
