@@ -45,6 +45,9 @@ int run(int argc, char** argv) {
 
   RunContext ctx;
   ctx.device = select_device(cfg.run.device);
+  // On the GPU no CPU math runs in the hot loop; one intra-op thread keeps OpenMP workers from competing with
+  // the decode threads for cores.
+  if (ctx.device.is_cuda()) at::set_num_threads(1);
 
   if (cl.command == "bench") {
     const BenchResult r = run_bench(cfg, ctx);

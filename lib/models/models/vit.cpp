@@ -86,7 +86,9 @@ VisionTransformerImpl::VisionTransformerImpl(const ViTOptions& opt) : opt_(opt) 
 torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& x) {
   const int64_t B = x.size(0);
   torch::Tensor t = patch_proj_(x).flatten(2).transpose(1, 2);  // (B, N, D)
-  t = torch::cat({cls_token_.expand({B, -1, -1}).to(t.dtype()), t}, 1);
+  // as timm: under autocast, cat promotes the bf16 patch tokens to the fp32 class token's type, so the
+  // residual stream stays fp32 and only the matmuls run in bf16
+  t = torch::cat({cls_token_.expand({B, -1, -1}), t}, 1);
   t = t + pos_embed_;
   if (opt_.drop_rate > 0) t = torch::dropout(t, opt_.drop_rate, is_training());
   for (auto& b : blocks_) t = b->forward(t);
