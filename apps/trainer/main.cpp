@@ -9,8 +9,11 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "checkpoint/checkpoint.h"
+#include "core/signals.h"
 #include "engine/bench.h"
 #include "engine/trainer.h"
+#include "models/safetensors.h"
 #include "models/weights.h"
 #include "runtime/env.h"
 
@@ -20,6 +23,7 @@ const std::vector<trainer::CommandSpec> kCommands = {
     {"train", "train a model from a config (the default command)"},
     {"eval", "evaluate --weights W on the config's eval split (top-1, top-5, loss)"},
     {"bench", "time training steps on synthetic data resident on the device; --out FILE writes JSON"},
+    {"export", "write the model of --checkpoint C as safetensors (timm names) to --out FILE"},
     {"bench-data", "time the image input pipeline alone (the config's training split); --out FILE writes JSON"},
 };
 
@@ -41,6 +45,16 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (cl.command == "eval" && cl.weights.empty()) throw ConfigError("eval needs --weights FILE");
+  if (cl.command == "export") {
+    if (cl.checkpoint.empty() || cl.out.empty()) throw ConfigError("export needs --checkpoint FILE and --out FILE");
+    const CheckpointState s = read_checkpoint(cl.checkpoint);
+    std::vector<std::pair<std::string, torch::Tensor>> model;
+    for (const auto& kv : s.tensors)
+      if (starts_with(kv.first, "model.")) model.emplace_back(kv.first.substr(6), kv.second);
+    write_safetensors(cl.out, model, {{"format", "pt"}, {"step", std::to_string(s.step)}});
+    std::cout << "exported " << model.size() << " tensors of step " << s.step << " to " << cl.out << "\n";
+    return 0;
+  }
   log::set_level(log::parse_level(cfg.run.log_level));
 
   RunContext ctx;
@@ -71,8 +85,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   Trainer t(cfg, ctx);
-  t.fit();
-  return 0;
+  return t.fit().preempted ? kExitPreempted : 0;
 }
 
 }  // namespace

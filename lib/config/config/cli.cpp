@@ -16,7 +16,9 @@ std::string usage_text(const std::vector<CommandSpec>& commands) {
       "  --set KEY=VALUE    override one key, e.g. --set optim.lr=0.05 (repeatable)\n"
       "  --print-config     print the resolved config and exit (add --docs for a comment per key)\n"
       "  --weights FILE     eval: safetensors weights to evaluate\n"
-      "  --out FILE         bench: also write the result JSON here\n"
+      "  --out FILE         bench: also write the result JSON here; export: the safetensors file\n"
+      "  --resume auto|PATH continue from the newest valid checkpoint of the run, or from PATH\n"
+      "  --checkpoint FILE  export: the checkpoint to read\n"
       "  --version          print versions of trainer, LibTorch, CUDA, cuDNN, NCCL and the GPUs found\n"
       "  -h, --help         this text\n";
   return s;
@@ -61,6 +63,10 @@ CommandLine parse_command_line(int argc, const char* const* argv, const std::vec
       cl.weights = take(a);
     } else if (a == "--out") {
       cl.out = take(a);
+    } else if (a == "--checkpoint") {
+      cl.checkpoint = take(a);
+    } else if (a == "--resume") {
+      cl.overrides.push_back("checkpoint.resume=" + take(a));
     } else if (a == "--print-config") {
       cl.print_config = true;
     } else if (a == "--docs") {

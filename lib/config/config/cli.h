@@ -16,7 +16,8 @@ struct CommandLine {
   std::string config_path;             // --config FILE (empty = built-in defaults)
   std::vector<std::string> overrides;  // --set key=value, in order
   std::string weights;                 // --weights FILE (eval)
-  std::string out;                     // --out FILE (bench JSON)
+  std::string out;                     // --out FILE (bench JSON, export)
+  std::string checkpoint;              // --checkpoint FILE (export)
   bool print_config = false;           // --print-config
   bool docs = false;                   // --docs (with --print-config)
   bool version = false;                // --version

@@ -158,6 +158,15 @@ Schema fields_of(Config& c) {
             at_least(0));
   s.add_bool("train.cudnn_benchmark", &c.train.cudnn_benchmark, "autotune convolutions for fixed shapes");
 
+  s.section_docs["checkpoint"] = "checkpoints in <run folder>/checkpoints and resuming";
+  s.add_int("checkpoint.every_steps", &c.checkpoint.every_steps, "write every N optimizer steps, 0 = off", at_least(0));
+  s.add_bool("checkpoint.every_epoch", &c.checkpoint.every_epoch, "write one at the end of each epoch");
+  s.add_int("checkpoint.keep_last", &c.checkpoint.keep_last, "checkpoints kept, older ones deleted", at_least(1));
+  s.add_string("checkpoint.resume", &c.checkpoint.resume,
+               "empty = start fresh; auto = newest valid checkpoint of the run; or a checkpoint path");
+  s.add_bool("checkpoint.stop_on_error", &c.checkpoint.stop_on_error,
+             "a checkpoint that fails to write stops the run (false: warn and go on)");
+
   s.section_docs["bench"] = "`trainer bench`: timed steps on synthetic data";
   s.add_int("bench.warmup_steps", &c.bench.warmup_steps, "untimed steps first", at_least(0));
   s.add_int("bench.steps", &c.bench.steps, "timed steps", at_least(1));

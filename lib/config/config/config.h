@@ -89,6 +89,14 @@ struct TrainConfig {
   bool cudnn_benchmark = true;        // autotune convolutions (off in deterministic mode)
 };
 
+struct CheckpointConfig {
+  int64_t every_steps = 0;            // write a checkpoint every N optimizer steps, 0 = off
+  bool every_epoch = true;            // write one at the end of each epoch
+  int64_t keep_last = 3;              // checkpoints kept (older ones deleted)
+  std::string resume;                 // "" = start fresh, auto = newest valid in the run folder, or a path
+  bool stop_on_error = true;          // a checkpoint that fails to write stops the run (else warn, go on)
+};
+
 struct BenchConfig {
   int64_t warmup_steps = 20;          // steps run before timing starts
   int64_t steps = 100;                // timed steps
@@ -100,6 +108,7 @@ struct Config {
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   BenchConfig bench;
 };
 

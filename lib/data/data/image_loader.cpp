@@ -90,7 +90,7 @@ ImageLoader::~ImageLoader() {
   for (auto& t : threads_) t.join();
 }
 
-void ImageLoader::set_epoch(int64_t epoch) {
+void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   std::unique_lock<std::mutex> lock(mu_);
   // let tasks already handed out finish before the ring is reset
   done_cv_.wait(lock, [&] { return in_flight_ == 0; });
@@ -107,9 +107,10 @@ void ImageLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
   const int64_t n = static_cast<int64_t>(order_.size());
   total_tasks_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
-  next_task_ = 0;
-  released_ = 0;
-  cursor_ = 0;
+  const int64_t start = std::min<int64_t>(start_batch, (total_tasks_ + opt_.batch_size - 1) / opt_.batch_size);
+  next_task_ = std::min(total_tasks_, start * opt_.batch_size);
+  released_ = start;
+  cursor_ = start;
   for (auto& sl : slots_) {
     sl->batch = -1;
     sl->done = 0;

@@ -58,7 +58,7 @@ class ImageLoader : public Loader {
   ImageLoader(const ImageLoader&) = delete;
   ImageLoader& operator=(const ImageLoader&) = delete;
 
-  void set_epoch(int64_t epoch) override;
+  void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
   // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.

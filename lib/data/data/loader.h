@@ -16,7 +16,8 @@ struct Batch {
 class Loader {
  public:
   virtual ~Loader() = default;
-  virtual void set_epoch(int64_t epoch) = 0;  // fixes the epoch's order; call before next()
+  // Fixes the epoch's order; the first `start_batch` batches are skipped (resuming mid-epoch). Call before next().
+  virtual void set_epoch(int64_t epoch, int64_t start_batch = 0) = 0;
   virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t samples_per_epoch() const = 0;
   virtual bool next(Batch& out) = 0;          // false at the end of the epoch

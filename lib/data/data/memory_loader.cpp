@@ -40,7 +40,7 @@ MemoryLoader::MemoryLoader(InMemoryDataset data, MemoryLoaderOptions opt, torch:
   set_epoch(0);
 }
 
-void MemoryLoader::set_epoch(int64_t epoch) {
+void MemoryLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   epoch_ = epoch;
   ShardSpec s;
   s.dataset_size = images_.size(0);
@@ -52,7 +52,7 @@ void MemoryLoader::set_epoch(int64_t epoch) {
   s.drop_last = opt_.train && opt_.drop_last;
   s.even = opt_.train;
   order_ = epoch_indices(s);
-  cursor_ = 0;
+  cursor_ = std::min(order_.size(), static_cast<size_t>(start_batch * opt_.batch_size));
 }
 
 int64_t MemoryLoader::batches_per_epoch() const {

@@ -40,7 +40,7 @@ CropFlip draw_crop_flip(uint64_t seed, int64_t epoch, int64_t index, int64_t pad
 class MemoryLoader : public Loader {
  public:
   MemoryLoader(InMemoryDataset data, MemoryLoaderOptions opt, torch::Device device);
-  void set_epoch(int64_t epoch) override;
+  void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
   bool next(Batch& out) override;

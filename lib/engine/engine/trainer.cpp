@@ -2,11 +2,17 @@
 
 #include <torch/torch.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+#ifdef TRAINER_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
 #include <chrono>
 #include <thread>
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/signals.h"
 #include "core/log.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
@@ -262,9 +268,96 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+// ---- checkpoints ----
+
+CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
+  TRAINER_CHECK(micro_ == 0, "checkpoints are taken at optimizer-step boundaries");
+  CheckpointState s;
+  s.epoch = epoch;
+  s.batch = batch;
+  s.step = step_;
+  s.config_yaml = config_to_yaml(cfg_);
+  for (auto& kv : state_dict(*model_)) s.tensors.emplace_back("model." + kv.first, kv.second);
+  for (auto& kv : optimizer_->state()) s.tensors.emplace_back("optim." + kv.first, kv.second);
+  s.tensors.emplace_back("scaler.scale", scaler_->scale_tensor());
+  s.tensors.emplace_back("scaler.growth_tracker", scaler_->growth_tracker());
+  s.tensors.emplace_back("train.skipped", skipped_);
+  s.tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+#ifdef TRAINER_WITH_CUDA
+  if (ctx_.device.is_cuda())
+    s.tensors.emplace_back("rng.cuda", at::cuda::detail::getDefaultCUDAGenerator(ctx_.device.index()).get_state());
+#endif
+  return s;
+}
+
+void Trainer::restore_state(const CheckpointState& s) {
+  std::vector<std::pair<std::string, torch::Tensor>> model;
+  std::map<std::string, torch::Tensor> optim, rest;
+  for (const auto& kv : s.tensors) {
+    if (starts_with(kv.first, "model.")) model.emplace_back(kv.first.substr(6), kv.second);
+    else if (starts_with(kv.first, "optim.")) optim[kv.first.substr(6)] = kv.second;
+    else rest[kv.first] = kv.second;
+  }
+  load_state_dict(*model_, std::move(model), LoadMode::strict, "checkpoint");
+  optimizer_->load_state(optim);
+  TRAINER_CHECK(rest.count("scaler.scale") && rest.count("scaler.growth_tracker") && rest.count("rng.cpu"),
+                "checkpoint lacks scaler or RNG state");
+  scaler_->load(rest.at("scaler.scale"), rest.at("scaler.growth_tracker"));
+  if (rest.count("train.skipped")) skipped_.copy_(rest.at("train.skipped"));
+  {
+    at::Generator g = at::detail::getDefaultCPUGenerator();  // a handle: shares the default generator
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(rest.at("rng.cpu"));
+  }
+#ifdef TRAINER_WITH_CUDA
+  if (ctx_.device.is_cuda() && rest.count("rng.cuda")) {
+    at::Generator g = at::cuda::detail::getDefaultCUDAGenerator(ctx_.device.index());
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(rest.at("rng.cuda"));
+  }
+#endif
+  step_ = s.step;
+  micro_ = 0;
+  start_epoch_ = s.epoch;
+  start_batch_ = s.batch;
+}
+
+void Trainer::save_checkpoint(int64_t epoch, int64_t batch) {
+  if (!ctx_.writer()) return;
+  CheckpointDir dir(run_dir_->file("checkpoints"));
+  const std::string path = dir.path_for(step_);
+  try {
+    fs::make_dirs(dir.dir());
+    write_checkpoint(path, capture_state(epoch, batch));
+    dir.prune(cfg_.checkpoint.keep_last);
+    log::debug("checkpoint ", path);
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    log::warn("checkpoint failed, the previous one is kept: ", e.what());
+  }
+}
+
+void Trainer::resume_if_asked() {
+  const std::string& r = cfg_.checkpoint.resume;
+  if (r.empty()) return;
+  std::string path = r;
+  if (r == "auto") {
+    path = CheckpointDir(run_dir_->file("checkpoints")).latest_valid();
+    if (path.empty()) {
+      log::info("resume auto: no checkpoint in ", run_dir_->file("checkpoints"), "; starting fresh");
+      return;
+    }
+  }
+  const CheckpointState s = read_checkpoint(path);  // a named path must verify, or the run stops
+  restore_state(s);
+  log::info("resumed from ", path, " at epoch ", s.epoch + 1, ", batch ", s.batch, ", step ", s.step);
+}
+
 // ---- the loop ----
 FitResult Trainer::fit() {
   run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer());
+  resume_if_asked();
+  install_stop_handlers();
   const int64_t epochs = cfg_.train.epochs;
   const int64_t steps_per_epoch = std::max<int64_t>(train_loader_->batches_per_epoch() / cfg_.train.accum_steps, 1);
   log::info("run folder ", run_dir_->path(), " | model ", cfg_.model.name, " (", model_->parameter_count() / 1e6,
@@ -274,8 +367,10 @@ FitResult Trainer::fit() {
   FitResult res;
   model_->train();
   bool done = false;
-  for (int64_t epoch = 0; epoch < epochs && !done; ++epoch) {
-    train_loader_->set_epoch(epoch);
+  for (int64_t epoch = start_epoch_; epoch < epochs && !done; ++epoch) {
+    const int64_t first_batch = epoch == start_epoch_ ? start_batch_ : 0;
+    train_loader_->set_epoch(epoch, first_batch);
+    int64_t batch_in_epoch = first_batch;
     synchronize(ctx_.device);
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
@@ -283,6 +378,7 @@ FitResult Trainer::fit() {
     Batch batch;
     while (train_loader_->next(batch)) {
       const bool stepped = train_step(batch);
+      ++batch_in_epoch;
       images_since += batch.labels.size(0);
       images_epoch += batch.labels.size(0);
       if (!stepped) continue;
@@ -298,6 +394,15 @@ FitResult Trainer::fit() {
             static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, images_since / dt));
         t_log = Clock::now();
         images_since = 0;
+      }
+      if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0)
+        save_checkpoint(epoch, batch_in_epoch);
+      if (stop_requested()) {  // preemption: save where we are and leave
+        save_checkpoint(epoch, batch_in_epoch);
+        log::warn("stop requested: checkpoint written at step ", step_, "; exiting");
+        res.preempted = true;
+        res.steps = step_;
+        return res;
       }
       if (cfg_.train.max_steps > 0 && step_ >= cfg_.train.max_steps) {
         done = true;
@@ -321,6 +426,10 @@ FitResult Trainer::fit() {
             static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
             res.eval.top5, static_cast<long long>(res.eval.samples)));
       }
+    }
+    if (cfg_.checkpoint.every_epoch || cfg_.checkpoint.every_steps > 0) {
+      // the position "start of the next epoch" (or the end of the run)
+      if (!done) save_checkpoint(epoch + 1, 0);
     }
     const GpuMemory mem = gpu_memory(ctx_.device);
     log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s)%s%s", static_cast<long long>(epoch + 1), epoch_s,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/loader.h"
 #include "engine/amp.h"
@@ -36,6 +37,7 @@ struct EvalResult {
 };
 
 struct FitResult {
+  bool preempted = false;           // stopped by SIGTERM/SIGINT after writing a checkpoint
   int64_t steps = 0;                // optimizer steps taken
   int64_t skipped_steps = 0;        // steps skipped for non-finite gradients
   double train_seconds = 0;         // wall time of the training epochs (eval excluded)
@@ -55,6 +57,10 @@ class Trainer {
   // Device scalar: sum of micro-batch losses since the last take_train_loss(); reading it syncs.
   double take_train_loss();
 
+  // The whole training state at a step boundary, and back (model, optimizer, scaler, RNG, position).
+  CheckpointState capture_state(int64_t epoch, int64_t batch) const;
+  void restore_state(const CheckpointState& s);
+
   Classifier model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
   GradScaler& scaler() { return *scaler_; }
@@ -66,7 +72,8 @@ class Trainer {
  private:
   void build_data();
   void build_image_data(const DataDefaults& defaults);
-  void log_interval_line(int64_t epoch, double seconds, int64_t images);
+  void save_checkpoint(int64_t epoch, int64_t batch);
+  void resume_if_asked();
 
   Config cfg_;
   RunContext ctx_;
@@ -77,6 +84,8 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunDir> run_dir_;
+  int64_t start_epoch_ = 0;      // where fit() begins (set by resume)
+  int64_t start_batch_ = 0;
   int64_t step_ = 0;             // optimizer steps taken
   int64_t micro_ = 0;            // micro-batches since the last optimizer step
   double lr_ = 0;                // lr of the current step

@@ -1,0 +1,178 @@
+// Checkpoints: the file verifies (magic, version, checksum), corrupt ones are skipped by --resume auto and
+// refused by --resume PATH, old ones are pruned; a real trainer process killed with SIGKILL and resumed ends
+// with bit-identical weights and the same per-step losses as an uninterrupted run; SIGTERM saves and exits 3.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/checkpoint.h"
+#include "core/check.h"
+#include "core/fs.h"
+#include "models/safetensors.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+CheckpointState sample_state() {
+  CheckpointState s;
+  s.tensors = {{"model.w", torch::randn({4, 3})}, {"rng.cpu", torch::arange(10).to(torch::kUInt8)}};
+  s.epoch = 2;
+  s.batch = 7;
+  s.step = 123;
+  s.config_yaml = "run:\n  name: x\n";
+  return s;
+}
+
+TEST(Checkpoint, RoundTripAndVerify) {
+  test::TempDir dir;
+  const auto s = sample_state();
+  write_checkpoint(dir.file("c.safetensors"), s);
+  const auto back = read_checkpoint(dir.file("c.safetensors"));
+  EXPECT_EQ(back.step, 123);
+  EXPECT_EQ(back.epoch, 2);
+  EXPECT_EQ(back.batch, 7);
+  EXPECT_EQ(back.config_yaml, s.config_yaml);
+  ASSERT_EQ(back.tensors.size(), 2u);
+  EXPECT_TRUE(torch::equal(back.tensors[0].second, s.tensors[0].second));
+}
+
+TEST(Checkpoint, CorruptAndTruncatedFilesAreRefusedAndSkipped) {
+  test::TempDir dir;
+  CheckpointDir cd(dir.file("ckpts"));
+  fs::make_dirs(cd.dir());
+  auto s = sample_state();
+  for (int64_t step : {10, 20, 30}) {
+    s.step = step;
+    write_checkpoint(cd.path_for(step), s);
+  }
+  // flip one byte inside the tensor data of the newest, truncate the middle one
+  std::string newest = test::read_file(cd.path_for(30));
+  newest[newest.size() - 5] ^= 0x40;
+  test::write_file(cd.path_for(30), newest);
+  const std::string mid = test::read_file(cd.path_for(20));
+  test::write_file(cd.path_for(20), mid.substr(0, mid.size() / 2));
+  try {
+    read_checkpoint(cd.path_for(30));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_checkpoint(cd.path_for(20)), Error);
+  EXPECT_EQ(cd.latest_valid(), cd.path_for(10));
+  test::write_file(dir.file("other.safetensors"), "");
+  EXPECT_THROW(read_checkpoint(dir.file("other.safetensors")), Error);
+}
+
+TEST(Checkpoint, PruneKeepsNewest) {
+  test::TempDir dir;
+  CheckpointDir cd(dir.path());
+  auto s = sample_state();
+  for (int64_t step = 1; step <= 5; ++step) write_checkpoint(cd.path_for(step), s);
+  cd.prune(2);
+  EXPECT_EQ(cd.list(), (std::vector<std::string>{cd.path_for(4), cd.path_for(5)}));
+}
+
+// ---- real processes ----
+
+std::string run_args(const std::string& out) {
+  // a small deterministic CPU run with stochastic depth (RNG state matters) and augmentation (data RNG matters)
+  return test::shell_quote(test::trainer_binary()) + " --set run.device=cpu --set run.deterministic=true" +
+         " --set run.out_dir=" + test::shell_quote(out) +
+         " --set model.name=vit_tiny_patch16_224 --set model.in_chans=1 --set model.drop_path_rate=0.2" +
+         " --set data.source=synthetic --set data.synthetic_samples=384 --set data.image_size=32" +
+         " --set data.batch_size=32 --set train.epochs=3 --set optim.name=adamw --set optim.lr=0.001" +
+         " --set optim.warmup_epochs=0.5 --set run.log_interval=1 --set checkpoint.every_steps=4" +
+         " --set checkpoint.keep_last=2 --set train.eval_interval=0";
+}
+
+std::vector<std::string> losses(const std::string& metrics) {
+  std::vector<std::string> out;
+  for (const auto& line : split(fs::read_text(metrics), '\n'))
+    if (line.find("\"kind\":\"train\"") != std::string::npos) {
+      const size_t a = line.find("\"step\":"), b = line.find("\"loss\":");
+      out.push_back(line.substr(a, line.find(',', a) - a) + " " + line.substr(b, line.find(',', b) - b));
+    }
+  return out;
+}
+
+pid_t spawn(const std::string& cmd, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", (cmd + " > " + test::shell_quote(log) + " 2>&1").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST(Resume, KilledRunResumesBitIdentically) {
+  test::TempDir dir;
+  // uninterrupted reference
+  const auto ref = test::run_command(run_args(dir.file("a")));
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  // the same run, SIGKILLed once its step-16 checkpoint exists (mid-epoch 2), then resumed
+  const std::string b = dir.file("b");
+  const pid_t pid = spawn("exec " + run_args(b), dir.file("b1.log"));
+  const std::string want = CheckpointDir(b + "/default/checkpoints").path_for(16);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(want) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(fs::exists(want)) << fs::read_text(dir.file("b1.log"));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
+  ASSERT_FALSE(fs::exists(b + "/default/model.safetensors"));
+  const auto res = test::run_command(run_args(b) + " --resume auto");
+  ASSERT_EQ(res.exit_code, 0) << res.output;
+  EXPECT_NE(res.output.find("resumed from"), std::string::npos) << res.output;
+
+  const auto wa = read_safetensors(dir.file("a/default/model.safetensors")).tensors;
+  const auto wb = read_safetensors(b + "/default/model.safetensors").tensors;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i)
+    EXPECT_TRUE(torch::equal(wa[i].second, wb[i].second)) << wa[i].first << " differs after resume";
+  // losses: the resumed run's log continues the killed one; every step's loss equals the reference's
+  const auto la = losses(dir.file("a/default/metrics.jsonl"));
+  const auto lb = losses(b + "/default/metrics.jsonl");
+  ASSERT_EQ(la.size(), 36u);
+  std::set<std::string> sb(lb.begin(), lb.end());
+  for (const auto& l : la) EXPECT_TRUE(sb.count(l)) << "missing or different after resume: " << l;
+}
+
+TEST(Resume, SigtermWritesCheckpointAndExitsThree) {
+  test::TempDir dir;
+  const std::string b = dir.file("b");
+  const pid_t pid = spawn("exec " + run_args(b) + " --set checkpoint.every_steps=0", dir.file("log"));
+  const std::string metrics = b + "/default/metrics.jsonl";
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((!fs::exists(metrics) || fs::file_size(metrics) < 200) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << fs::read_text(dir.file("log"));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << fs::read_text(dir.file("log"));
+  const std::string latest = CheckpointDir(b + "/default/checkpoints").latest_valid();
+  ASSERT_FALSE(latest.empty());
+  EXPECT_GT(read_checkpoint(latest).step, 0);
+  // --resume PATH to something that does not verify fails clearly
+  test::write_file(dir.file("bad.safetensors"), "garbage");
+  const auto r = test::run_command(run_args(b) + " --resume " + dir.file("bad.safetensors"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("bad.safetensors"), std::string::npos) << r.output;
+  // export: the checkpoint's model as plain safetensors
+  const auto e = test::run_command(test::shell_quote(test::trainer_binary()) + " export --checkpoint " + latest +
+                                   " --out " + dir.file("m.safetensors"));
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_GT(read_safetensors(dir.file("m.safetensors")).tensors.size(), 100u);
+}
+
+}  // namespace
+}  // namespace trainer
