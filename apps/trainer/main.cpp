@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "checkpoint/checkpoint.h"
 #include "core/signals.h"
+#include "dist/env.h"
 #include "engine/bench.h"
 #include "engine/trainer.h"
 #include "models/safetensors.h"
@@ -57,6 +58,13 @@ int run(int argc, char** argv) {
   }
   log::set_level(log::parse_level(cfg.run.log_level));
 
+  const DistEnv denv = parse_dist_env(process_env());
+  if (denv.world_size > 1) {
+    // refuse rather than train world_size independent copies into one run folder
+    log::set_rank(denv.rank, denv.world_size);
+    throw ConfigError(str_cat(denv.launcher, " started ", denv.world_size,
+                              " processes, but multi-process (data-parallel) training is not built yet: run one"));
+  }
   RunContext ctx;
   ctx.device = select_device(cfg.run.device);
   // On the GPU no CPU math runs in the hot loop; one intra-op thread keeps OpenMP workers from competing with

@@ -75,6 +75,14 @@ TEST(Binary, BadConfigsExitTwoAndWriteNothing) {
   EXPECT_FALSE(test::path_exists(out));
 }
 
+TEST(Binary, MultiProcessEnvironmentIsRefusedNotDuplicated) {
+  test::TempDir dir;
+  const auto r = test::run_command("RANK=1 WORLD_SIZE=2 " + trainer_cmd("--set run.out_dir=" + dir.file("runs")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("torchrun started 2 processes"), std::string::npos) << r.output;
+  EXPECT_FALSE(test::path_exists(dir.file("runs")));
+}
+
 TEST(Binary, PrintConfigAppliesOverrides) {
   const auto r = test::run_command(trainer_cmd("--set optim.lr=0.25 --print-config"));
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -1,0 +1,27 @@
+// Who am I in a multi-process job: read from the launcher's environment, whichever is present:
+// torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), OpenMPI
+// (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+// first host of SLURM_NODELIST). None of them: a single process.
+#pragma once
+#include <map>
+#include <string>
+
+namespace trainer {
+
+struct DistEnv {
+  std::string launcher = "none";  // none | torchrun | openmpi | slurm
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Throws ConfigError on inconsistent values (rank >= world size, non-numbers).
+DistEnv parse_dist_env(const std::map<std::string, std::string>& env);
+std::map<std::string, std::string> process_env();
+// "node[03-05,9],other" -> "node03"; "a,b" -> "a".
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace trainer

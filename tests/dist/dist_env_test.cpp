@@ -1,0 +1,62 @@
+// Rendezvous variables of each launcher, table-driven.
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "dist/env.h"
+
+namespace trainer {
+namespace {
+
+struct Case {
+  const char* name;
+  std::map<std::string, std::string> env;
+  DistEnv want;
+};
+
+TEST(DistEnv, LaunchersTable) {
+  const std::vector<Case> cases = {
+      {"none", {}, DistEnv{}},
+      {"torchrun",
+       {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"},
+        {"MASTER_PORT", "29400"}},
+       {"torchrun", 3, 8, 1, 2, "10.0.0.5", 29400}},
+      {"openmpi",
+       {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "16"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "5"},
+        {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}, {"MASTER_ADDR", "head"}},
+       {"openmpi", 5, 16, 5, 8, "head", 29500}},
+      {"slurm",
+       {{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "8"},
+        {"SLURM_NODELIST", "gpu[07-08,12],login1"}},
+       {"slurm", 9, 16, 1, 8, "gpu07", 29500}},
+      {"torchrun wins over slurm",
+       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}},
+       {"torchrun", 0, 2, 0, 2, "127.0.0.1", 29500}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const DistEnv d = parse_dist_env(c.env);
+    EXPECT_EQ(d.launcher, c.want.launcher);
+    EXPECT_EQ(d.rank, c.want.rank);
+    EXPECT_EQ(d.world_size, c.want.world_size);
+    EXPECT_EQ(d.local_rank, c.want.local_rank);
+    EXPECT_EQ(d.local_world_size, c.want.local_world_size);
+    EXPECT_EQ(d.master_addr, c.want.master_addr);
+    EXPECT_EQ(d.master_port, c.want.master_port);
+  }
+}
+
+TEST(DistEnv, BadValuesAreConfigErrors) {
+  EXPECT_THROW(parse_dist_env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), ConfigError);
+  EXPECT_THROW(parse_dist_env({{"RANK", "x"}, {"WORLD_SIZE", "4"}}), ConfigError);
+  EXPECT_THROW(parse_dist_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}), ConfigError);
+}
+
+TEST(DistEnv, SlurmNodelists) {
+  EXPECT_EQ(first_slurm_host("node[003-005]"), "node003");
+  EXPECT_EQ(first_slurm_host("a,b"), "a");
+  EXPECT_EQ(first_slurm_host("x[1,4]"), "x1");
+  EXPECT_EQ(first_slurm_host("single"), "single");
+}
+
+}  // namespace
+}  // namespace trainer
