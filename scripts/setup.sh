@@ -8,7 +8,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 apt_pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv python3-pip
-          libyaml-cpp-dev libspdlog-dev libgtest-dev nlohmann-json3-dev
+          libyaml-cpp-dev libspdlog-dev libgtest-dev nlohmann-json3-dev libgloo-dev
           libopencv-core-dev libopencv-imgproc-dev libturbojpeg0-dev libjpeg-dev libpng-dev zlib1g-dev)
 optional_pkgs=(dataset-fashion-mnist)   # the default run's data; absent from some distributions
 

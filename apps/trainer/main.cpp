@@ -1,6 +1,12 @@
 // trainer: the command-line entry point. Loads the config, builds the parts, runs the command, exits.
 // Exit codes: 0 success, 1 runtime failure, 2 bad config or command line (then nothing is written).
+#ifdef TRAINER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <exception>
 #include <iostream>
 
@@ -12,6 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/signals.h"
 #include "dist/env.h"
+#include "dist/process_group.h"
 #include "engine/bench.h"
 #include "engine/trainer.h"
 #include "models/safetensors.h"
@@ -58,15 +65,21 @@ int run(int argc, char** argv) {
   }
   log::set_level(log::parse_level(cfg.run.log_level));
 
+  // ---- one process per GPU: rendezvous from torchrun / mpirun / Slurm variables ----
   const DistEnv denv = parse_dist_env(process_env());
-  if (denv.world_size > 1) {
-    // refuse rather than train world_size independent copies into one run folder
-    log::set_rank(denv.rank, denv.world_size);
-    throw ConfigError(str_cat(denv.launcher, " started ", denv.world_size,
-                              " processes, but multi-process (data-parallel) training is not built yet: run one"));
-  }
   RunContext ctx;
-  ctx.device = select_device(cfg.run.device);
+  ctx.device = select_device(cfg.run.device, denv.local_rank);
+  std::unique_ptr<DistContext> dist;
+  if (denv.launcher != "none") {  // also for world size 1: the same code path as a real job
+    log::set_rank(denv.rank, denv.world_size);
+#ifdef TRAINER_WITH_CUDA
+    if (ctx.device.is_cuda()) c10::cuda::set_device(ctx.device.index());
+#endif
+    dist = std::make_unique<DistContext>(denv, ctx.device, std::chrono::seconds(cfg.run.dist_timeout_s));
+    ctx.rank = denv.rank;
+    ctx.world_size = denv.world_size;
+    ctx.dist = dist.get();
+  }
   // On the GPU no CPU math runs in the hot loop; one intra-op thread keeps OpenMP workers from competing with
   // the decode threads for cores.
   if (ctx.device.is_cuda()) at::set_num_threads(1);

@@ -9,7 +9,7 @@ dest="$root/.gpu-deps"
 mkdir -p "$dest/datasets"
 pkgs=(libopencv-core406 libopencv-imgproc406 libopencv-core-dev libopencv-imgproc-dev
       libtbb12 libtbb-dev libtbbmalloc2 libblas3 liblapack3 libgfortran5
-      libturbojpeg0 libturbojpeg0-dev libglx0 libglvnd0 libglx-mesa0 nlohmann-json3-dev)
+      libturbojpeg0 libturbojpeg0-dev libglx0 libglvnd0 libglx-mesa0 nlohmann-json3-dev libgloo-dev)
 [ -n "$(ls /var/lib/apt/lists/*Packages 2>/dev/null | head -1)" ] || apt-get update -qq
 (cd "$dest" && apt-get download -q "${pkgs[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
 cp "$root/scripts/offline/install-debs.sh" "$dest/"

@@ -75,12 +75,12 @@ TEST(Binary, BadConfigsExitTwoAndWriteNothing) {
   EXPECT_FALSE(test::path_exists(out));
 }
 
-TEST(Binary, MultiProcessEnvironmentIsRefusedNotDuplicated) {
-  test::TempDir dir;
-  const auto r = test::run_command("RANK=1 WORLD_SIZE=2 " + trainer_cmd("--set run.out_dir=" + dir.file("runs")));
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("torchrun started 2 processes"), std::string::npos) << r.output;
-  EXPECT_FALSE(test::path_exists(dir.file("runs")));
+TEST(Binary, BadLauncherEnvironmentIsAConfigError) {
+  const auto r = test::run_command("RANK=2 WORLD_SIZE=2 " + trainer_cmd("--print-config"));
+  EXPECT_EQ(r.exit_code, 0) << "printing the config needs no rendezvous";
+  const auto bad = test::run_command("RANK=2 WORLD_SIZE=2 " + trainer_cmd("--set train.epochs=1"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("rank 2 is not in [0, world size 2)"), std::string::npos) << bad.output;
 }
 
 TEST(Binary, PrintConfigAppliesOverrides) {

@@ -88,6 +88,8 @@ Schema fields_of(Config& c) {
   s.add_string("run.log_level", &c.run.log_level, "console and file log level",
                {"trace", "debug", "info", "warn", "error"});
   s.add_int("run.log_interval", &c.run.log_interval, "optimizer steps between log lines", at_least(1));
+  s.add_int("run.dist_timeout_s", &c.run.dist_timeout_s, "seconds a collective may take before the job ends",
+            at_least(1));
 
   s.section_docs["model"] = "architecture, by registry name";
   s.add_string("model.name", &c.model.name, "registry name, e.g. resnet50, vit_base_patch16_224");

@@ -18,6 +18,7 @@ struct RunConfig {
   bool deterministic = false;         // deterministic kernels, cudnn.benchmark off
   std::string log_level = "info";     // trace | debug | info | warn | error
   int64_t log_interval = 50;          // optimizer steps between log lines
+  int64_t dist_timeout_s = 600;       // a collective unfinished after this long ends the job
 };
 
 struct ModelConfig {

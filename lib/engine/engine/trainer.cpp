@@ -18,6 +18,7 @@
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
+#include "dist/process_group.h"
 #include "engine/run_dir.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -45,6 +46,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   model_ = create_model(cfg.model, cfg.data.image_size);
   model_->to(ctx_.device);
   if (ctx_.device.is_cuda() && cfg.model.channels_last) to_channels_last(*model_);
+  if (ctx_.dist) ctx_.dist->broadcast_module(*model_);  // every rank starts from rank 0's weights
 
   // ---- data ----
   if (with_data) build_data();
@@ -207,6 +209,7 @@ bool Trainer::train_step(const Batch& batch) {
 
   // unscale (fp16) and check for inf/nan in one pass; the optimizer skips the step when found
   std::vector<torch::Tensor> grads = optimizer_->grads();
+  if (ctx_.dist) ctx_.dist->average_gradients(grads);  // data parallel: the mean over ranks, before unscaling
   scaler_->unscale_(grads);
   if (cfg_.optim.clip_grad_norm > 0) {
     torch::NoGradGuard ng;
@@ -259,11 +262,16 @@ EvalResult Trainer::evaluate() {
     n += labels.size(0);
   }
   model_->train();
-  r.samples = n;
-  if (n > 0) {
-    r.loss = loss_sum.item<double>() / n;
-    r.top1 = 100.0 * top1.item<double>() / n;
-    r.top5 = 100.0 * top5.item<double>() / n;
+  // exact over ranks: sums of losses, hits and counts, never averages of percentages
+  auto sums = torch::stack({loss_sum, top1, top5, torch::full({}, static_cast<double>(n), f)});
+  if (ctx_.dist) ctx_.dist->all_reduce_sum(sums);
+  sums = sums.cpu();
+  const double total = sums[3].item<double>();
+  r.samples = static_cast<int64_t>(total);
+  if (total > 0) {
+    r.loss = sums[0].item<double>() / total;
+    r.top1 = 100.0 * sums[1].item<double>() / total;
+    r.top5 = 100.0 * sums[2].item<double>() / total;
   }
   return r;
 }

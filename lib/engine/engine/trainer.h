@@ -19,12 +19,14 @@
 namespace trainer {
 
 class RunDir;
+class DistContext;
 struct ImageLoaderOptions;
 
 struct RunContext {
   torch::Device device = torch::kCPU;
   int rank = 0;
   int world_size = 1;
+  DistContext* dist = nullptr;  // set when world_size > 1; owned by the caller
   bool writer() const { return rank == 0; }
 };
 

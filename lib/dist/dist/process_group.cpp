@@ -1,0 +1,118 @@
+#include "dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#if defined(TRAINER_WITH_CUDA) && defined(USE_C10D_NCCL) && __has_include(<nccl.h>)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define TRAINER_WITH_NCCL 1
+#endif
+
+#include "core/check.h"
+#include "core/log.h"
+
+namespace trainer {
+
+struct DistContext::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> pg;
+  std::chrono::milliseconds timeout{0};
+};
+
+namespace {
+constexpr int64_t kBucketBytes = 25ll << 20;
+
+void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op, int rank, std::chrono::milliseconds timeout) {
+  try {
+    if (!w->wait(timeout)) TRAINER_FAIL("rank ", rank, ": ", op, " did not finish within ", timeout.count(), " ms");
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TRAINER_FAIL("rank ", rank, ": ", op, " failed (a peer died or timed out): ", e.what());
+  }
+}
+}  // namespace
+
+DistContext::DistContext(const DistEnv& env, torch::Device device, std::chrono::milliseconds timeout)
+    : env_(env), impl_(std::make_unique<Impl>()) {
+  impl_->timeout = timeout;
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = env.world_size;
+  so.timeout = timeout;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    TRAINER_FAIL("rank ", env.rank, ": rendezvous at ", env.master_addr, ":", env.master_port, " failed: ", e.what());
+  }
+  if (device.is_cuda()) {
+#ifdef TRAINER_WITH_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env.rank, env.world_size, opts);
+#else
+    TRAINER_FAIL("this build has no NCCL: multi-GPU runs need a CUDA LibTorch with NCCL");
+#endif
+  } else {
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+    opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, opts);
+  }
+  log::info("rank ", env.rank, "/", env.world_size, " joined (", env.launcher, ", ", env.master_addr, ":",
+            env.master_port, ", ", device.is_cuda() ? "NCCL" : "Gloo", ")");
+}
+
+DistContext::~DistContext() = default;
+
+void DistContext::broadcast_module(torch::nn::Module& m) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> all;
+  for (auto& p : m.parameters()) all.push_back(p);
+  for (auto& b : m.buffers()) all.push_back(b);
+  for (auto& t : all) {
+    std::vector<torch::Tensor> one{t.data()};
+    c10d::BroadcastOptions o;
+    o.rootRank = 0;
+    wait(impl_->pg->broadcast(one, o), "broadcast of parameters", env_.rank, impl_->timeout);
+  }
+}
+
+void DistContext::average_gradients(const std::vector<torch::Tensor>& grads) {
+  // ---- gradient all-reduce: flattened buckets in reverse registration order ----
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> bucket;
+  int64_t bytes = 0;
+  auto flush = [&]() {
+    if (bucket.empty()) return;
+    std::vector<torch::Tensor> views;
+    for (auto& g : bucket) views.push_back(g.reshape({-1}));
+    std::vector<torch::Tensor> flat{torch::cat(views)};
+    wait(impl_->pg->allreduce(flat), "all-reduce of gradients", env_.rank, impl_->timeout);
+    flat[0].div_(env_.world_size);
+    int64_t off = 0;
+    for (auto& g : bucket) {
+      g.copy_(flat[0].narrow(0, off, g.numel()).view_as(g));
+      off += g.numel();
+    }
+    bucket.clear();
+    bytes = 0;
+  };
+  for (auto it = grads.rbegin(); it != grads.rend(); ++it) {
+    if (!bucket.empty() && it->scalar_type() != bucket.front().scalar_type()) flush();
+    bucket.push_back(*it);
+    bytes += it->numel() * it->element_size();
+    if (bytes >= kBucketBytes) flush();
+  }
+  flush();
+}
+
+void DistContext::all_reduce_sum(torch::Tensor& t) {
+  std::vector<torch::Tensor> one{t};
+  wait(impl_->pg->allreduce(one), "all-reduce of metrics", env_.rank, impl_->timeout);
+}
+
+}  // namespace trainer

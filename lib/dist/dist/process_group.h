@@ -1,0 +1,36 @@
+// Data parallelism on c10d: a TCPStore rendezvous and one process group (Gloo on CPUs, NCCL on GPUs), with the
+// collectives the engine needs: broadcast of parameters and buffers from rank 0, gradient averaging in
+// flattened buckets (~25 MB, reverse registration order, i.e. the order backward finishes them), and exact
+// sums for metrics. Every wait has a timeout; a dead or stuck peer ends the run with the rank and the operation.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "dist/env.h"
+
+namespace trainer {
+
+class DistContext {
+ public:
+  // Connects to the store at env.master_addr:port (rank 0 hosts it) and builds the process group for `device`.
+  DistContext(const DistEnv& env, torch::Device device, std::chrono::milliseconds timeout);
+  ~DistContext();
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const DistEnv& env() const { return env_; }
+
+  void broadcast_module(torch::nn::Module& m);                     // params and buffers from rank 0
+  void average_gradients(const std::vector<torch::Tensor>& grads);  // in place: sum / world
+  void all_reduce_sum(torch::Tensor& t);                           // in place
+
+ private:
+  struct Impl;
+  DistEnv env_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,115 @@
+// Data parallelism on the CPU with Gloo, two real processes on one machine: two ranks with half batches end
+// with the weights of one process on the whole batch, eval sums are exact, and a dead rank ends the job.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "core/fs.h"
+#include "core/strings.h"
+#include "models/safetensors.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+int free_port() {
+  std::random_device rd;
+  return 20000 + static_cast<int>(rd() % 20000);
+}
+
+std::string args(const std::string& out, int batch) {
+  return test::shell_quote(test::trainer_binary()) + " --set run.device=cpu --set run.deterministic=true" +
+         " --set run.out_dir=" + test::shell_quote(out) + " --set run.dist_timeout_s=30" +
+         " --set model.name=vit_tiny_patch16_224 --set model.in_chans=1" +
+         " --set data.source=synthetic --set data.synthetic_samples=256 --set data.image_size=32" +
+         " --set data.batch_size=" + std::to_string(batch) + " --set train.epochs=2 --set optim.lr=0.05" +
+         " --set optim.warmup_epochs=0 --set run.log_interval=1 --set checkpoint.every_epoch=false";
+}
+
+pid_t spawn(const std::string& cmd, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + test::shell_quote(log) + " 2>&1").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string env(int rank, int port) {
+  return "env RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+         " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " ";
+}
+
+std::string eval_line(const std::string& metrics) {
+  std::string last;
+  for (const auto& l : split(fs::read_text(metrics), '\n'))
+    if (l.find("\"kind\":\"eval\"") != std::string::npos) last = l;
+  return last;
+}
+
+TEST(DataParallel, TwoRanksEqualOneProcessOnTheGlobalBatch) {
+  test::TempDir dir;
+  const auto single = test::run_command(args(dir.file("one"), 32));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const int port = free_port();
+  const pid_t r1 = spawn(env(1, port) + args(dir.file("two"), 16), dir.file("r1.log"));
+  const auto r0 = test::run_command(env(0, port) + args(dir.file("two"), 16));
+  int status = 0;
+  ::waitpid(r1, &status, 0);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
+  EXPECT_NE(r0.output.find("joined"), std::string::npos) << r0.output;
+
+  const auto a = read_safetensors(dir.file("one/default/model.safetensors")).tensors;
+  const auto b = read_safetensors(dir.file("two/default/model.safetensors")).tensors;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].second.is_floating_point()) continue;
+    const double diff = (a[i].second - b[i].second).abs().max().item<double>();
+    const double scale = a[i].second.abs().max().item<double>() + 1e-12;
+    EXPECT_LT(diff / scale, 1e-4) << a[i].first;
+  }
+  // only rank 0 wrote: one metrics file, and its eval covers the whole eval set once (25 = 13 + 12 samples)
+  const std::string e1 = eval_line(dir.file("one/default/metrics.jsonl"));
+  const std::string e2 = eval_line(dir.file("two/default/metrics.jsonl"));
+  EXPECT_NE(e1.find("\"samples\":25"), std::string::npos) << e1;
+  EXPECT_NE(e2.find("\"samples\":25"), std::string::npos) << e2;
+}
+
+TEST(DataParallel, DeadRankEndsTheJob) {
+  test::TempDir dir;
+  const int port = free_port();
+  const std::string a = args(dir.file("run"), 16) + " --set train.epochs=50";
+  const pid_t r0 = spawn(env(0, port) + a, dir.file("r0.log"));
+  const pid_t r1 = spawn(env(1, port) + a, dir.file("r1.log"));
+  const std::string metrics = dir.file("run/default/metrics.jsonl");
+  auto t0 = std::chrono::steady_clock::now();
+  while ((!fs::exists(metrics) || fs::file_size(metrics) < 300) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fs::exists(metrics)) << fs::read_text(dir.file("r0.log"));
+  ::kill(r1, SIGKILL);
+  ::waitpid(r1, nullptr, 0);
+  t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = ::waitpid(r0, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done == 0) {
+    ::kill(r0, SIGKILL);
+    ::waitpid(r0, nullptr, 0);
+    FAIL() << "rank 0 still running 90 s after rank 1 died";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  const std::string log = fs::read_text(dir.file("r0.log"));
+  EXPECT_NE(log.find("rank 0"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace trainer
