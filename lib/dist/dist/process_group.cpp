@@ -18,13 +18,21 @@ struct DistContext::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
   std::chrono::milliseconds timeout{0};
+  bool nccl = false;
 };
 
 namespace {
 constexpr int64_t kBucketBytes = 25ll << 20;
 
-void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op, int rank, std::chrono::milliseconds timeout) {
+void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op, int rank, std::chrono::milliseconds timeout,
+          bool nccl) {
   try {
+    // NCCL: wait() without a timeout only makes the compute stream wait (no host sync; the process group's
+    // own timeout and watchdog end a stuck collective). With a timeout it would block the host every step.
+    if (nccl) {
+      w->wait();
+      return;
+    }
     if (!w->wait(timeout)) TRAINER_FAIL("rank ", rank, ": ", op, " did not finish within ", timeout.count(), " ms");
   } catch (const Error&) {
     throw;
@@ -52,6 +60,7 @@ DistContext::DistContext(const DistEnv& env, torch::Device device, std::chrono::
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env.rank, env.world_size, opts);
+    impl_->nccl = true;
 #else
     TRAINER_FAIL("this build has no NCCL: multi-GPU runs need a CUDA LibTorch with NCCL");
 #endif
@@ -77,7 +86,7 @@ void DistContext::broadcast_module(torch::nn::Module& m) {
     std::vector<torch::Tensor> one{t.data()};
     c10d::BroadcastOptions o;
     o.rootRank = 0;
-    wait(impl_->pg->broadcast(one, o), "broadcast of parameters", env_.rank, impl_->timeout);
+    wait(impl_->pg->broadcast(one, o), "broadcast of parameters", env_.rank, impl_->timeout, impl_->nccl);
   }
 }
 
@@ -91,7 +100,7 @@ void DistContext::average_gradients(const std::vector<torch::Tensor>& grads) {
     std::vector<torch::Tensor> views;
     for (auto& g : bucket) views.push_back(g.reshape({-1}));
     std::vector<torch::Tensor> flat{torch::cat(views)};
-    wait(impl_->pg->allreduce(flat), "all-reduce of gradients", env_.rank, impl_->timeout);
+    wait(impl_->pg->allreduce(flat), "all-reduce of gradients", env_.rank, impl_->timeout, impl_->nccl);
     flat[0].div_(env_.world_size);
     int64_t off = 0;
     for (auto& g : bucket) {
@@ -112,7 +121,7 @@ void DistContext::average_gradients(const std::vector<torch::Tensor>& grads) {
 
 void DistContext::all_reduce_sum(torch::Tensor& t) {
   std::vector<torch::Tensor> one{t};
-  wait(impl_->pg->allreduce(one), "all-reduce of metrics", env_.rank, impl_->timeout);
+  wait(impl_->pg->allreduce(one), "all-reduce of metrics", env_.rank, impl_->timeout, impl_->nccl);
 }
 
 }  // namespace trainer
