@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <unistd.h>
 #include <exception>
 #include <iostream>
 
@@ -18,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/signals.h"
 #include "dist/env.h"
+#include "dist/launcher.h"
 #include "dist/process_group.h"
 #include "engine/bench.h"
 #include "engine/trainer.h"
@@ -31,12 +34,20 @@ const std::vector<trainer::CommandSpec> kCommands = {
     {"train", "train a model from a config (the default command)"},
     {"eval", "evaluate --weights W on the config's eval split (top-1, top-5, loss)"},
     {"bench", "time training steps on synthetic data resident on the device; --out FILE writes JSON"},
+    {"launch", "start --nproc-per-node N ranks of trainer with torchrun's variables: launch [opts] -- <args>"},
     {"export", "write the model of --checkpoint C as safetensors (timm names) to --out FILE"},
     {"bench-data", "time the image input pipeline alone (the config's training split); --out FILE writes JSON"},
 };
 
 int run(int argc, char** argv) {
   using namespace trainer;
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    // the launcher runs this very binary once per rank; /proc/self/exe survives a relative argv[0]
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const std::string program = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    return launch(parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), program));
+  }
   const CommandLine cl = parse_command_line(argc, argv, kCommands);
   if (cl.help) {
     std::cout << usage_text(kCommands);

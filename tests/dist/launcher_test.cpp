@@ -1,0 +1,89 @@
+// `trainer launch`: a failing rank brings the others down, output is prefixed by rank, and a real two-rank
+// training run (Gloo on the CPU) completes; SIGTERM to the launcher reaches every rank (each saves, exits 3).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "core/fs.h"
+#include "core/check.h"
+#include "dist/launcher.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+TEST(Launcher, ParsesOptions) {
+  const auto o = parse_launch_args({"--nproc-per-node", "4", "--master-port", "1234", "--", "--config", "x.yaml"}, "/t");
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.master_port, 1234);
+  EXPECT_EQ(o.argv, (std::vector<std::string>{"/t", "--config", "x.yaml"}));
+  EXPECT_THROW(parse_launch_args({"--nproc-per-node", "x"}, "/t"), ConfigError);
+  EXPECT_THROW(parse_launch_args({"--bogus"}, "/t"), ConfigError);
+}
+
+TEST(Launcher, FailingRankStopsTheOthersQuickly) {
+  LaunchOptions o;
+  o.nproc_per_node = 3;
+  o.grace_seconds = 5;
+  o.argv = {"/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then echo failing; exit 3; fi; exec sleep 60"};
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = launch(o);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(code, 3);
+  EXPECT_LT(sec, 10.0);
+}
+
+std::string train_args(const std::string& out) {
+  return " --set run.device=cpu --set run.out_dir=" + test::shell_quote(out) +
+         " --set model.name=vit_tiny_patch16_224 --set model.in_chans=1 --set data.source=synthetic" +
+         " --set data.synthetic_samples=256 --set data.image_size=32 --set data.batch_size=16" +
+         " --set optim.warmup_epochs=0 --set run.log_interval=1";
+}
+
+int port() {
+  std::random_device rd;
+  return 20000 + static_cast<int>(rd() % 20000);
+}
+
+TEST(Launcher, TwoRanksTrainAndSigtermReachesBoth) {
+  test::TempDir dir;
+  const std::string t = test::shell_quote(test::trainer_binary());
+  const auto r = test::run_command(t + " launch --nproc-per-node 2 --master-port " + std::to_string(port()) + " --" +
+                                   train_args(dir.file("a")) + " --set train.epochs=1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1/2 joined"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir.file("a/default/model.safetensors")));
+
+  // a long run, stopped by SIGTERM to the launcher: every rank stops at a step, rank 0 saves, exit 3
+  const std::string log = dir.file("b.log");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = "exec " + t + " launch --nproc-per-node 2 --master-port " + std::to_string(port()) +
+                            " --" + train_args(dir.file("b")) + " --set train.epochs=100 > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  const std::string metrics = dir.file("b/default/metrics.jsonl");
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((!fs::exists(metrics) || fs::file_size(metrics) < 300) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << fs::read_text(log);
+  EXPECT_EQ(WEXITSTATUS(status), 3) << fs::read_text(log);
+  const std::string out = fs::read_text(log);
+  EXPECT_NE(out.find("stop requested"), std::string::npos) << out;
+  EXPECT_TRUE(fs::is_dir(dir.file("b/default/checkpoints")));
+}
+
+}  // namespace
+}  // namespace trainer
