@@ -94,16 +94,8 @@ void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   std::unique_lock<std::mutex> lock(mu_);
   // let tasks already handed out finish before the ring is reset
   done_cv_.wait(lock, [&] { return in_flight_ == 0; });
-  ShardSpec s;
-  s.dataset_size = static_cast<int64_t>(samples_.size());
-  s.seed = opt_.seed;
-  s.epoch = epoch;
-  s.rank = opt_.rank;
-  s.world_size = opt_.world_size;
-  s.shuffle = opt_.train;
-  s.drop_last = opt_.train && opt_.drop_last;
-  s.even = opt_.train;
-  order_ = epoch_indices(s);
+  order_ = epoch_indices(loader_shard(static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank,
+                                      opt_.world_size, opt_.train, opt_.drop_last));
   epoch_ = epoch;
   const int64_t n = static_cast<int64_t>(order_.size());
   total_tasks_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;

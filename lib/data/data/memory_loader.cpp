@@ -42,16 +42,8 @@ MemoryLoader::MemoryLoader(InMemoryDataset data, MemoryLoaderOptions opt, torch:
 
 void MemoryLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   epoch_ = epoch;
-  ShardSpec s;
-  s.dataset_size = images_.size(0);
-  s.seed = opt_.seed;
-  s.epoch = epoch;
-  s.rank = opt_.rank;
-  s.world_size = opt_.world_size;
-  s.shuffle = opt_.train;
-  s.drop_last = opt_.train && opt_.drop_last;
-  s.even = opt_.train;
-  order_ = epoch_indices(s);
+  order_ = epoch_indices(
+      loader_shard(images_.size(0), opt_.seed, epoch, opt_.rank, opt_.world_size, opt_.train, opt_.drop_last));
   cursor_ = std::min(order_.size(), static_cast<size_t>(start_batch * opt_.batch_size));
 }
 

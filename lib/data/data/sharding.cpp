@@ -35,4 +35,18 @@ std::vector<int64_t> epoch_indices(const ShardSpec& s) {
   return mine;
 }
 
+ShardSpec loader_shard(int64_t dataset_size, uint64_t seed, int64_t epoch, int rank, int world_size, bool train,
+                       bool drop_last) {
+  ShardSpec s;
+  s.dataset_size = dataset_size;
+  s.seed = seed;
+  s.epoch = epoch;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.shuffle = train;
+  s.drop_last = train && drop_last;
+  s.even = train;
+  return s;
+}
+
 }  // namespace trainer

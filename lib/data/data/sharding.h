@@ -20,4 +20,9 @@ struct ShardSpec {
 
 std::vector<int64_t> epoch_indices(const ShardSpec& s);
 
+// The loaders' rule: training shuffles and shares evenly (padding, or dropping with drop_last); evaluation keeps
+// dataset order and neither pads nor drops, so distributed metrics count every sample exactly once.
+ShardSpec loader_shard(int64_t dataset_size, uint64_t seed, int64_t epoch, int rank, int world_size, bool train,
+                       bool drop_last);
+
 }  // namespace trainer
