@@ -156,16 +156,31 @@ TEST(Engine, NonFiniteGradientSkipsStep) {
   x[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
   t.train_step(Batch{x, torch::randint(10, {4}), {}});
   EXPECT_EQ(t.scaler().found_inf().item<double>(), 1.0);
-  size_t i = 0;
-  for (auto& kv : t.model()->named_parameters()) {
-    (void)kv;
-    ++i;
-  }
   for (auto& kv : t.model()->named_parameters()) {
     auto it = std::find_if(before.begin(), before.end(), [&](auto& b) { return b.first == kv.key(); });
     ASSERT_NE(it, before.end());
     EXPECT_TRUE(torch::equal(kv.value(), copies[it - before.begin()])) << kv.key() << " moved on a NaN step";
   }
+}
+
+TEST(Engine, DivergedRunStopsAndKeepsItsLastCheckpoint) {
+  test::TempDir dir;
+  Config c = config_from_overrides({"run.device=cpu", "run.out_dir=" + dir.path(), "model.name=vit_tiny_patch16_224",
+                                    "model.in_chans=1", "data.source=synthetic", "data.synthetic_samples=256",
+                                    "data.image_size=32", "data.batch_size=16", "optim.lr=1e6",
+                                    "optim.warmup_epochs=0", "run.log_interval=1", "train.max_nonfinite_steps=3",
+                                    "checkpoint.every_steps=1", "train.precision=fp32"});
+  Trainer t(c, RunContext{torch::kCPU});
+  try {
+    t.fit();
+    FAIL() << "a diverged run went on";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("non-finite gradients"), std::string::npos) << m;
+    EXPECT_NE(m.find("The last checkpoint is intact"), std::string::npos) << m;
+  }
+  EXPECT_GT(t.steps(), 3);
+  EXPECT_LT(t.steps(), 16) << "the stop came late";
 }
 
 TEST(Engine, ParamGroupsKeepNormsBiasesAndListedOutOfDecay) {

@@ -159,6 +159,8 @@ Schema fields_of(Config& c) {
   s.add_int("train.eval_interval", &c.train.eval_interval, "evaluate every N epochs (and at the end), 0 = end only",
             at_least(0));
   s.add_bool("train.cudnn_benchmark", &c.train.cudnn_benchmark, "autotune convolutions for fixed shapes");
+  s.add_int("train.max_nonfinite_steps", &c.train.max_nonfinite_steps,
+            "bf16/fp32: stop after this many consecutive steps with non-finite gradients, 0 = never", at_least(0));
 
   s.section_docs["checkpoint"] = "checkpoints in <run folder>/checkpoints and resuming";
   s.add_int("checkpoint.every_steps", &c.checkpoint.every_steps, "write every N optimizer steps, 0 = off", at_least(0));

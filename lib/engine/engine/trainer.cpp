@@ -64,6 +64,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   loss_sum_ = torch::zeros({}, f);
   loss_count_ = torch::zeros({}, f);
   skipped_ = torch::zeros({}, f);
+  consecutive_ = torch::zeros({}, f);
 }
 
 Trainer::~Trainer() = default;
@@ -220,6 +221,7 @@ bool Trainer::train_step(const Batch& batch) {
   }
   optimizer_->step(lr_, scaler_->found_inf());
   skipped_.add_(scaler_->found_inf().squeeze());
+  consecutive_.mul_(scaler_->found_inf().squeeze()).add_(scaler_->found_inf().squeeze());  // 0 after a good step
   scaler_->update();
   optimizer_->zero_grad();
   ++step_;
@@ -274,6 +276,18 @@ EvalResult Trainer::evaluate() {
     r.top5 = 100.0 * sums[2].item<double>() / total;
   }
   return r;
+}
+
+void Trainer::check_nonfinite_run() {
+  const int64_t k = cfg_.train.max_nonfinite_steps;
+  if (k <= 0 || precision_ == Precision::fp16) return;  // fp16: the grad scaler owns skipping
+  const int64_t run = static_cast<int64_t>(consecutive_.item<double>());
+  if (run < k) return;
+  std::string last = run_dir_ ? CheckpointDir(run_dir_->file("checkpoints")).latest_valid() : std::string();
+  TRAINER_FAIL("the last ", run, " optimizer steps (up to step ", step_, ") all had non-finite gradients (limit ",
+               "train.max_nonfinite_steps=", k, "): the run diverged; hint: lower optim.lr or enable ",
+               "optim.clip_grad_norm. ", last.empty() ? std::string("No checkpoint was written.")
+                                                      : "The last checkpoint is intact: " + last);
 }
 
 // ---- checkpoints ----
@@ -391,6 +405,7 @@ FitResult Trainer::fit() {
       images_epoch += batch.labels.size(0);
       if (!stepped) continue;
       if (step_ % cfg_.run.log_interval == 0) {
+        check_nonfinite_run();
         const double loss = take_train_loss();  // the one sync per interval
         const double dt = seconds_since(t_log);
         res.last_train_loss = loss;

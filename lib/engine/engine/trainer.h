@@ -76,6 +76,7 @@ class Trainer {
   void build_image_data(const DataDefaults& defaults);
   void save_checkpoint(int64_t epoch, int64_t batch);
   void resume_if_asked();
+  void check_nonfinite_run();  // reads the device counter: call at log points only
 
   Config cfg_;
   RunContext ctx_;
@@ -94,6 +95,7 @@ class Trainer {
   torch::Tensor loss_sum_;       // device: sum of unscaled micro-batch losses since last read
   torch::Tensor loss_count_;     // device: micro-batches since last read
   torch::Tensor skipped_;        // device: steps skipped for non-finite grads
+  torch::Tensor consecutive_;    // device: current run of consecutive skipped steps
 };
 
 }  // namespace trainer
