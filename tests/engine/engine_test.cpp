@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/fs.h"
 #include "engine/amp.h"
 #include "engine/optimizer.h"
