@@ -201,6 +201,15 @@ TEST(Engine, ParamGroupsKeepNormsBiasesAndListedOutOfDecay) {
   EXPECT_TRUE(in(groups[1], "cls_token"));
 }
 
+TEST(Engine, BottleneckVerdictOnCraftedTimings) {
+  EXPECT_EQ(bottleneck_verdict(10000, 10.0, 0.5), "");  // 5% waiting: compute-bound, no warning
+  const std::string v = bottleneck_verdict(10000, 10.0, 5.0);
+  EXPECT_NE(v.find("input-bound: 50%"), std::string::npos) << v;
+  EXPECT_NE(v.find("delivered 1000 img/s"), std::string::npos) << v;
+  EXPECT_NE(v.find("could train 2000 img/s"), std::string::npos) << v;
+  EXPECT_NE(v.find("data.workers"), std::string::npos) << v;
+}
+
 TEST(Schedule, WarmupThenCosineStepMultistepPoly) {
   OptimConfig o;
   o.warmup_epochs = 1;
@@ -254,6 +263,7 @@ TEST(FashionMnist, ShortCpuRunLearns) {
   EXPECT_TRUE(fs::exists(dir.file("default/config.yaml")));
   const std::string metrics = fs::read_text(dir.file("default/metrics.jsonl"));
   EXPECT_NE(metrics.find("\"kind\":\"eval\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"data_wait_pct\""), std::string::npos);
 }
 
 }  // namespace

@@ -186,6 +186,18 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
   }
 }
 
+std::string bottleneck_verdict(int64_t images, double epoch_s, double wait_s) {
+  // Input-bound when the loop spends a tenth of the epoch waiting for batches. The compute side could then
+  // take images / (epoch - wait) per second; the pipeline delivered images / epoch.
+  if (epoch_s <= 0 || wait_s < 0.10 * epoch_s) return "";
+  const double delivered = images / epoch_s;
+  const double compute = images / std::max(epoch_s - wait_s, 1e-9);
+  return strprintf("input-bound: %.0f%% of the epoch waited for data; the pipeline delivered %.0f img/s, the "
+                   "model could train %.0f img/s. Try more decode threads (data.workers), keep data.crop_decode "
+                   "and data.dct_scale on, smaller stored images, or GPU decode.",
+                   100.0 * wait_s / epoch_s, delivered, compute);
+}
+
 // ---- the train step ----
 bool Trainer::train_step(const Batch& batch) {
   const int64_t k = cfg_.train.accum_steps;
@@ -397,8 +409,12 @@ FitResult Trainer::fit() {
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
     int64_t images_since = 0, images_epoch = 0;
+    double wait_s = 0;  // host time blocked on the input pipeline this epoch
     Batch batch;
-    while (train_loader_->next(batch)) {
+    for (;;) {
+      const auto t_wait = Clock::now();
+      if (!train_loader_->next(batch)) break;
+      wait_s += seconds_since(t_wait);
       const bool stepped = train_step(batch);
       ++batch_in_epoch;
       images_since += batch.labels.size(0);
@@ -455,9 +471,18 @@ FitResult Trainer::fit() {
       if (!done) save_checkpoint(epoch + 1, 0);
     }
     const GpuMemory mem = gpu_memory(ctx_.device);
-    log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s)%s%s", static_cast<long long>(epoch + 1), epoch_s,
-                        images_epoch / epoch_s, eval_text.c_str(),
+    const double wait_pct = epoch_s > 0 ? 100.0 * wait_s / epoch_s : 0.0;
+    log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s",
+                        static_cast<long long>(epoch + 1), epoch_s, images_epoch / epoch_s, wait_pct,
+                        eval_text.c_str(),
                         ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
+    run_dir_->append_metrics(strprintf(R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"bad_samples":%lld})",
+                                       static_cast<long long>(epoch), epoch_s, images_epoch / epoch_s, wait_pct,
+                                       static_cast<long long>(train_loader_->bad_samples())));
+    const std::string verdict = bottleneck_verdict(images_epoch, epoch_s, wait_s);
+    if (!verdict.empty()) log::warn(verdict);
+    if (train_loader_->bad_samples() > 0)
+      log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
   }
   res.steps = step_;
   res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
