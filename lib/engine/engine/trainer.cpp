@@ -290,6 +290,17 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+bool Trainer::stop_agreed() {
+  const bool local = stop_requested();
+  if (!ctx_.dist) return local;
+  // Ranks run the same steps in lockstep, so a check at a step chosen from step_ alone is a matching collective
+  // on every rank. On GPUs only at log points, which read the device anyway; on CPUs (Gloo) every step.
+  if (ctx_.device.is_cuda() && step_ % cfg_.run.log_interval != 0) return false;
+  auto flag = torch::full({1}, local ? 1.0f : 0.0f, torch::TensorOptions().device(ctx_.device));
+  ctx_.dist->all_reduce_sum(flag);
+  return flag.item<float>() > 0;
+}
+
 void Trainer::check_nonfinite_run() {
   const int64_t k = cfg_.train.max_nonfinite_steps;
   if (k <= 0 || precision_ == Precision::fp16) return;  // fp16: the grad scaler owns skipping
@@ -436,7 +447,7 @@ FitResult Trainer::fit() {
       }
       if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0)
         save_checkpoint(epoch, batch_in_epoch);
-      if (stop_requested()) {  // preemption: save where we are and leave
+      if (stop_agreed()) {  // preemption: save where we are and leave
         save_checkpoint(epoch, batch_in_epoch);
         log::warn("stop requested: checkpoint written at step ", step_, "; exiting");
         res.preempted = true;

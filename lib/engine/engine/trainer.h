@@ -81,6 +81,8 @@ class Trainer {
   void save_checkpoint(int64_t epoch, int64_t batch);
   void resume_if_asked();
   void check_nonfinite_run();  // reads the device counter: call at log points only
+  // Whether to stop for a signal, agreed by all ranks at the same step (a collective on a deterministic step).
+  bool stop_agreed();
 
   Config cfg_;
   RunContext ctx_;
