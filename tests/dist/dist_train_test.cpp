@@ -82,6 +82,34 @@ TEST(DataParallel, TwoRanksEqualOneProcessOnTheGlobalBatch) {
   EXPECT_NE(e2.find("\"samples\":25"), std::string::npos) << e2;
 }
 
+// Two ranks with two micro-batches of 8 each (the first backward without communication) end where one process
+// with batches of 32 ends; also with the hooks off (all buckets after backward).
+TEST(DataParallel, AccumulationWithNoSyncEqualsNoAccumulation) {
+  test::TempDir dir;
+  const auto single = test::run_command(args(dir.file("one"), 32));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto a = read_safetensors(dir.file("one/default/model.safetensors")).tensors;
+  for (const std::string overlap : {"true", "false"}) {
+    const std::string out = dir.file("accum_" + overlap);
+    const std::string extra = " --set train.accum_steps=2 --set dist.bucket_mb=1 --set dist.overlap=" + overlap;
+    const int port = free_port();
+    const pid_t r1 = spawn(env(1, port) + args(out, 8) + extra, dir.file("r1.log"));
+    const auto r0 = test::run_command(env(0, port) + args(out, 8) + extra);
+    int status = 0;
+    ::waitpid(r1, &status, 0);
+    ASSERT_EQ(r0.exit_code, 0) << r0.output;
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
+    const auto b = read_safetensors(out + "/default/model.safetensors").tensors;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].second.is_floating_point()) continue;
+      const double diff = (a[i].second - b[i].second).abs().max().item<double>();
+      const double scale = a[i].second.abs().max().item<double>() + 1e-12;
+      EXPECT_LT(diff / scale, 1e-4) << a[i].first << " (overlap " << overlap << ")";
+    }
+  }
+}
+
 TEST(DataParallel, DeadRankEndsTheJob) {
   test::TempDir dir;
   const int port = free_port();

@@ -171,6 +171,14 @@ Schema fields_of(Config& c) {
   s.add_bool("checkpoint.stop_on_error", &c.checkpoint.stop_on_error,
              "a checkpoint that fails to write stops the run (false: warn and go on)");
 
+  s.section_docs["dist"] = "data parallelism over several processes (ignored in a single process)";
+  s.add_int("dist.bucket_mb", &c.dist.bucket_mb, "gradient all-reduce bucket size, MiB", closed(1, 4096));
+  s.add_float("dist.first_bucket_mb", &c.dist.first_bucket_mb, "size of the first (earliest) bucket, MiB",
+              closed(0.01, 4096));
+  s.add_bool("dist.overlap", &c.dist.overlap, "launch all-reduces from autograd hooks while backward runs");
+  s.add_string("dist.grad_compression", &c.dist.grad_compression, "gradients in flight", {"none", "bf16"});
+  s.add_bool("dist.sync_bn", &c.dist.sync_bn, "batch norm statistics computed over all ranks");
+
   s.section_docs["bench"] = "`trainer bench`: timed steps on synthetic data";
   s.add_int("bench.warmup_steps", &c.bench.warmup_steps, "untimed steps first", at_least(0));
   s.add_int("bench.steps", &c.bench.steps, "timed steps", at_least(1));

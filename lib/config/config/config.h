@@ -99,6 +99,14 @@ struct CheckpointConfig {
   bool stop_on_error = true;          // a checkpoint that fails to write stops the run (else warn, go on)
 };
 
+struct DistConfig {
+  int64_t bucket_mb = 25;             // gradient all-reduce bucket size, MiB
+  double first_bucket_mb = 1.0;       // the first bucket (last layers), small so communication starts early
+  bool overlap = true;                // launch all-reduces from autograd hooks while backward runs
+  std::string grad_compression = "none";  // none | bf16: gradients travel as bf16
+  bool sync_bn = false;               // batch norm statistics over all ranks (SyncBatchNorm)
+};
+
 struct BenchConfig {
   int64_t warmup_steps = 20;          // steps run before timing starts
   int64_t steps = 100;                // timed steps
@@ -111,6 +119,7 @@ struct Config {
   OptimConfig optim;
   TrainConfig train;
   CheckpointConfig checkpoint;
+  DistConfig dist;
   BenchConfig bench;
 };
 

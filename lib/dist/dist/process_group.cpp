@@ -22,8 +22,6 @@ struct DistContext::Impl {
 };
 
 namespace {
-constexpr int64_t kBucketBytes = 25ll << 20;
-
 void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op, int rank, std::chrono::milliseconds timeout,
           bool nccl) {
   try {
@@ -90,33 +88,10 @@ void DistContext::broadcast_module(torch::nn::Module& m) {
   }
 }
 
-void DistContext::average_gradients(const std::vector<torch::Tensor>& grads) {
-  // ---- gradient all-reduce: flattened buckets in reverse registration order ----
-  torch::NoGradGuard ng;
-  std::vector<torch::Tensor> bucket;
-  int64_t bytes = 0;
-  auto flush = [&]() {
-    if (bucket.empty()) return;
-    std::vector<torch::Tensor> views;
-    for (auto& g : bucket) views.push_back(g.reshape({-1}));
-    std::vector<torch::Tensor> flat{torch::cat(views)};
-    wait(impl_->pg->allreduce(flat), "all-reduce of gradients", env_.rank, impl_->timeout, impl_->nccl);
-    flat[0].div_(env_.world_size);
-    int64_t off = 0;
-    for (auto& g : bucket) {
-      g.copy_(flat[0].narrow(0, off, g.numel()).view_as(g));
-      off += g.numel();
-    }
-    bucket.clear();
-    bytes = 0;
-  };
-  for (auto it = grads.rbegin(); it != grads.rend(); ++it) {
-    if (!bucket.empty() && it->scalar_type() != bucket.front().scalar_type()) flush();
-    bucket.push_back(*it);
-    bytes += it->numel() * it->element_size();
-    if (bytes >= kBucketBytes) flush();
-  }
-  flush();
+std::function<void()> DistContext::all_reduce_async(torch::Tensor t, const char* op) {
+  std::vector<torch::Tensor> one{t};
+  auto work = impl_->pg->allreduce(one);
+  return [work, op, this]() { wait(work, op, env_.rank, impl_->timeout, impl_->nccl); };
 }
 
 void DistContext::all_reduce_sum(torch::Tensor& t) {

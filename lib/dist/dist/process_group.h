@@ -1,12 +1,13 @@
 // Data parallelism on c10d: a TCPStore rendezvous and one process group (Gloo on CPUs, NCCL on GPUs), with the
-// collectives the engine needs: broadcast of parameters and buffers from rank 0, gradient averaging in
-// flattened buckets (~25 MB, reverse registration order, i.e. the order backward finishes them), and exact
-// sums for metrics. Every wait has a timeout; a dead or stuck peer ends the run with the rank and the operation.
+// collectives the engine needs: broadcast of parameters and buffers from rank 0, asynchronous all-reduce for
+// the gradient reducer (dist/reducer.h), and exact sums for metrics. Every wait has a timeout; a dead or
+// stuck peer ends the run with the rank and the operation.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,8 +25,10 @@ class DistContext {
   const DistEnv& env() const { return env_; }
 
   void broadcast_module(torch::nn::Module& m);                     // params and buffers from rank 0
-  void average_gradients(const std::vector<torch::Tensor>& grads);  // in place: sum / world
-  void all_reduce_sum(torch::Tensor& t);                           // in place
+  void all_reduce_sum(torch::Tensor& t);                           // in place, waits
+  // Starts an in-place sum of `t` over ranks; the returned function waits for it (on NCCL: makes the current
+  // stream wait, no host sync). `op` names the operation in timeout and failure messages.
+  std::function<void()> all_reduce_async(torch::Tensor t, const char* op);
 
  private:
   struct Impl;

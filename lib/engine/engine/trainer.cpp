@@ -19,6 +19,7 @@
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
 #include "dist/process_group.h"
+#include "dist/reducer.h"
 #include "engine/run_dir.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -55,6 +56,14 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   auto groups = make_param_groups(*model_, cfg.optim.weight_decay, cfg.optim.wd_exclude_norm_bias,
                                   model_->no_weight_decay());
   optimizer_ = std::make_unique<Optimizer>(std::move(groups), cfg.optim);
+  if (ctx_.dist) {
+    ReducerOptions ro;
+    ro.bucket_bytes = cfg.dist.bucket_mb << 20;
+    ro.first_bucket_bytes = static_cast<int64_t>(cfg.dist.first_bucket_mb * (1 << 20));
+    ro.overlap = cfg.dist.overlap;
+    ro.bf16 = cfg.dist.grad_compression == "bf16";
+    reducer_ = std::make_unique<GradReducer>(*ctx_.dist, model_->parameters(), ro);
+  }
   scaler_ = std::make_unique<GradScaler>(ctx_.device, precision_ == Precision::fp16);
   const int64_t batches = train_loader_ ? train_loader_->batches_per_epoch() : 1000;
   const int64_t steps_per_epoch = std::max<int64_t>(batches / cfg.train.accum_steps, 1);
@@ -213,7 +222,9 @@ bool Trainer::train_step(const Batch& batch) {
     loss = torch::nn::functional::cross_entropy(
         logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg_.train.label_smoothing));
   }
-  // backward of loss / k, scaled for fp16
+  // backward of loss / k, scaled for fp16; data parallel: only the last micro-step's backward communicates
+  const bool last_micro = micro_ + 1 == k;
+  if (reducer_) reducer_->prepare(last_micro);
   scaler_->scale(k > 1 ? loss / k : loss).backward();
   loss_sum_.add_(loss.detach());
   loss_count_.add_(1);
@@ -221,8 +232,8 @@ bool Trainer::train_step(const Batch& batch) {
   micro_ = 0;
 
   // unscale (fp16) and check for inf/nan in one pass; the optimizer skips the step when found
+  if (reducer_) reducer_->finish();  // data parallel: the mean over ranks, before unscaling
   std::vector<torch::Tensor> grads = optimizer_->grads();
-  if (ctx_.dist) ctx_.dist->average_gradients(grads);  // data parallel: the mean over ranks, before unscaling
   scaler_->unscale_(grads);
   if (cfg_.optim.clip_grad_norm > 0) {
     torch::NoGradGuard ng;

@@ -20,6 +20,7 @@ namespace trainer {
 
 class RunDir;
 class DistContext;
+class GradReducer;
 struct ImageLoaderOptions;
 
 struct RunContext {
@@ -90,6 +91,7 @@ class Trainer {
   Classifier model_;
   std::unique_ptr<Loader> train_loader_, eval_loader_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradReducer> reducer_;  // data parallel: overlapped, bucketed gradient averaging
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunDir> run_dir_;
