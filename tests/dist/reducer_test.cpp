@@ -1,14 +1,17 @@
 // The gradient reducer with two ranks as two threads of this process (Gloo over loopback): overlapped buckets give
 // the gradient of the global batch, buckets launch during backward, accumulation with no_sync equals one big
-// batch, and bf16 compression stays within bf16's precision.
+// batch, and bf16 compression stays within bf16's precision. SyncBatchNorm on two half batches equals BatchNorm on
+// the whole batch: output, input gradient, parameter gradients and running statistics.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "dist/process_group.h"
 #include "dist/reducer.h"
+#include "models/batchnorm.h"
 
 namespace trainer {
 namespace {
@@ -19,7 +22,10 @@ int free_port() {
 }
 
 // A small MLP whose parameters have several sizes, so that 1 KiB buckets make several of them.
+// The ranks are threads sharing the global generator: seeding and init happen under a lock.
 torch::nn::Sequential make_net() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   torch::manual_seed(7);
   return torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::ReLU(), torch::nn::Linear(64, 32),
                                torch::nn::ReLU(), torch::nn::Linear(32, 4));
@@ -177,6 +183,48 @@ TEST(GradReducer, Bf16CompressionWithinBf16Precision) {
   });
   expect_close(results[0], ref, 2e-2);               // bf16 keeps 8 bits of mantissa
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(results[0][i].equal(results[1][i]));  // ranks agree exactly
+}
+
+TEST(SyncBatchNorm, TwoHalfBatchesEqualOneBatchNormOnTheWhole) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({8, 5, 4, 3}) * 3 + 1;
+  const torch::Tensor dy = torch::randn({8, 5, 4, 3});
+  auto fresh = []() {
+    SyncableBatchNorm2d bn(5);
+    torch::NoGradGuard ng;
+    bn->weight.copy_(torch::linspace(0.5, 1.5, 5));  // not the generator: the ranks are threads
+    bn->bias.copy_(torch::linspace(-0.5, 0.5, 5));
+    return bn;
+  };
+  // reference: plain batch norm (no collective set) on all 8 samples
+  auto ref = fresh();
+  torch::Tensor xr = x.clone().requires_grad_(true);
+  torch::Tensor yr = ref->forward(xr);
+  (yr * dy).sum().backward();
+
+  auto results = two_ranks([&](int r, DistContext& ctx) {
+    auto bn = fresh();
+    EXPECT_EQ(enable_sync_batchnorm(*bn, [&ctx](torch::Tensor& t) { ctx.all_reduce_sum(t); }), 1);
+    torch::Tensor xi = x.narrow(0, 4 * r, 4).clone().requires_grad_(true);
+    torch::Tensor y = bn->forward(xi);
+    (y * dy.narrow(0, 4 * r, 4)).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), xi.grad(), bn->weight.grad(), bn->bias.grad(), bn->running_mean,
+                                      bn->running_var};
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = results[r];
+    ASSERT_EQ(o.size(), 6u);
+    EXPECT_TRUE(torch::allclose(o[0], yr.detach().narrow(0, 4 * r, 4), 1e-4, 1e-5)) << "output, rank " << r;
+    EXPECT_TRUE(torch::allclose(o[1], xr.grad().narrow(0, 4 * r, 4), 1e-4, 1e-5)) << "input grad, rank " << r;
+    // parameter gradients are per-rank partial sums: their sum over ranks is the full-batch gradient
+    EXPECT_TRUE(torch::allclose(o[4], ref->running_mean, 1e-5, 1e-6)) << "running mean, rank " << r;
+    EXPECT_TRUE(torch::allclose(o[5], ref->running_var, 1e-5, 1e-6)) << "running var, rank " << r;
+  }
+  EXPECT_TRUE(torch::allclose(results[0][2] + results[1][2], ref->weight.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(torch::allclose(results[0][3] + results[1][3], ref->bias.grad(), 1e-4, 1e-5));
+  // and without the collective each half batch would have normalised differently
+  auto local = fresh();
+  EXPECT_FALSE(torch::allclose(local->forward(x.narrow(0, 0, 4)), yr.detach().narrow(0, 0, 4), 1e-3, 1e-3));
 }
 
 }  // namespace

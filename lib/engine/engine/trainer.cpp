@@ -20,6 +20,7 @@
 #include "data/memory_loader.h"
 #include "dist/process_group.h"
 #include "dist/reducer.h"
+#include "models/batchnorm.h"
 #include "engine/run_dir.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -48,6 +49,12 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   model_->to(ctx_.device);
   if (ctx_.device.is_cuda() && cfg.model.channels_last) to_channels_last(*model_);
   if (ctx_.dist) ctx_.dist->broadcast_module(*model_);  // every rank starts from rank 0's weights
+  if (ctx_.dist && cfg.dist.sync_bn) {
+    DistContext* d = ctx_.dist;
+    const int n = enable_sync_batchnorm(*model_, [d](torch::Tensor& t) { d->all_reduce_sum(t); });
+    if (n == 0) log::warn("dist.sync_bn: ", cfg.model.name, " has no batch norm layers");
+    else log::info("dist.sync_bn: ", n, " batch norm layers compute statistics over ", d->world_size(), " ranks");
+  }
 
   // ---- data ----
   if (with_data) build_data();

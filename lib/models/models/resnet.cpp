@@ -44,22 +44,22 @@ ResBlockImpl::ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, boo
     const int64_t width = planes * base_width / 64 * groups;
     out_channels_ = planes * 4;
     conv1_ = register_module("conv1", conv(inplanes, width, 1));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(width));
+    bn1_ = register_module("bn1", SyncableBatchNorm2d(width));
     conv2_ = register_module("conv2", conv(width, width, 3, stride, groups));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(width));
+    bn2_ = register_module("bn2", SyncableBatchNorm2d(width));
     conv3_ = register_module("conv3", conv(width, out_channels_, 1));
-    bn3_ = register_module("bn3", nn::BatchNorm2d(out_channels_));
+    bn3_ = register_module("bn3", SyncableBatchNorm2d(out_channels_));
   } else {
     TRAINER_CHECK(groups == 1 && base_width == 64, "BasicBlock supports only groups=1 and base_width=64");
     out_channels_ = planes;
     conv1_ = register_module("conv1", conv(inplanes, planes, 3, stride));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", SyncableBatchNorm2d(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", SyncableBatchNorm2d(planes));
   }
   if (stride != 1 || inplanes != out_channels_) {
     downsample_ = register_module(
-        "downsample", nn::Sequential(conv(inplanes, out_channels_, 1, stride), nn::BatchNorm2d(out_channels_)));
+        "downsample", nn::Sequential(conv(inplanes, out_channels_, 1, stride), SyncableBatchNorm2d(out_channels_)));
   }
 }
 
@@ -105,7 +105,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
   TRAINER_CHECK(opt.layers.size() == 4, "ResNet needs 4 stages, got ", opt.layers.size());
   const int64_t stem = 64;
   conv1_ = register_module("conv1", opt.small_stem ? conv(opt.in_chans, stem, 3, 1) : conv(opt.in_chans, stem, 7, 2));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(stem));
+  bn1_ = register_module("bn1", SyncableBatchNorm2d(stem));
   int64_t total_blocks = 0;
   for (auto n : opt.layers) total_blocks += n;
   int64_t inplanes = stem, block_idx = 0;

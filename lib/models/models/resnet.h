@@ -7,6 +7,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "models/batchnorm.h"
 #include "models/classifier.h"
 
 namespace trainer {
@@ -41,7 +42,7 @@ class ResBlockImpl : public torch::nn::Module {
   int64_t stride_, out_channels_;
   double drop_path_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  SyncableBatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   torch::nn::Sequential downsample_{nullptr};
 };
 TORCH_MODULE(ResBlock);
@@ -61,7 +62,7 @@ class ResNetImpl : public ClassifierImpl {
   ResNetOptions opt_;
   int64_t num_features_ = 0;
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  SyncableBatchNorm2d bn1_{nullptr};
   std::vector<ResBlock> blocks_;  // all blocks in order, also registered under layer{1..4}
   torch::nn::Linear fc_{nullptr};
 };

@@ -1,0 +1,66 @@
+#include "models/batchnorm.h"
+
+#include <torch/torch.h>
+
+namespace trainer {
+namespace {
+
+// y = sum over ranks of x; dy/dx: the incoming gradient summed over ranks (every rank's output depends on every
+// rank's input).
+struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, const AllReduceFn* fn) {
+    ctx->saved_data["fn"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(fn));
+    torch::Tensor y = x.clone();
+    (*fn)(y);
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* fn = reinterpret_cast<const AllReduceFn*>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
+    torch::Tensor g = grads[0].contiguous().clone();
+    (*fn)(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor SyncableBatchNorm2dImpl::forward(const torch::Tensor& x) {
+  if (!all_reduce_ || !is_training()) return torch::nn::BatchNorm2dImpl::forward(x);
+  TORCH_CHECK(x.dim() == 4, "SyncBatchNorm expects NCHW input, got ", x.dim(), " dimensions");
+  const int64_t c = x.size(1);
+  torch::Tensor xf = x.to(torch::kFloat32);
+  // per-channel sum, sum of squares and count, summed over ranks in one collective
+  torch::Tensor local = torch::cat({xf.sum({0, 2, 3}), xf.square().sum({0, 2, 3}),
+                                    torch::full({1}, static_cast<double>(x.numel() / c), xf.options())});
+  torch::Tensor total = AllReduceSum::apply(local, &all_reduce_);
+  torch::Tensor n = total.narrow(0, 2 * c, 1);
+  torch::Tensor mean = total.narrow(0, 0, c) / n;
+  torch::Tensor var = (total.narrow(0, c, c) / n - mean.square()).clamp_min(0);  // biased, as batch norm divides
+  {
+    torch::NoGradGuard ng;
+    const double m = options.momentum().value_or(0.1);
+    const double count = n.item<double>();
+    running_mean.mul_(1 - m).add_(mean.detach(), m);
+    running_var.mul_(1 - m).add_(var.detach() * (count / std::max(count - 1, 1.0)), m);
+    num_batches_tracked.add_(1);
+  }
+  torch::Tensor scale = torch::rsqrt(var + options.eps());
+  if (options.affine()) scale = scale * weight;
+  torch::Tensor shift = -mean * scale;
+  if (options.affine()) shift = shift + bias;
+  torch::Tensor y = xf * scale.view({1, c, 1, 1}) + shift.view({1, c, 1, 1});
+  return y.to(x.scalar_type());
+}
+
+int enable_sync_batchnorm(torch::nn::Module& m, const AllReduceFn& fn) {
+  int n = 0;
+  for (auto& kv : m.named_modules("", /*include_self=*/true))
+    if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) {
+      bn->set_all_reduce(fn);
+      ++n;
+    }
+  return n;
+}
+
+}  // namespace trainer
