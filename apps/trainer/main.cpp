@@ -89,6 +89,7 @@ int run(int argc, char** argv) {
     dist = std::make_unique<DistContext>(denv, ctx.device, std::chrono::seconds(cfg.run.dist_timeout_s));
     ctx.rank = denv.rank;
     ctx.world_size = denv.world_size;
+    ctx.local_world_size = denv.local_world_size;
     ctx.dist = dist.get();
   }
   // On the GPU no CPU math runs in the hot loop; one intra-op thread keeps OpenMP workers from competing with
@@ -97,8 +98,10 @@ int run(int argc, char** argv) {
 
   if (cl.command == "bench") {
     const BenchResult r = run_bench(cfg, ctx);
-    std::cout << r.json << std::endl;
-    if (!cl.out.empty()) fs::write_text_atomic(cl.out, r.json + "\n");
+    if (ctx.writer()) {
+      std::cout << r.json << std::endl;
+      if (!cl.out.empty()) fs::write_text_atomic(cl.out, r.json + "\n");
+    }
     return 0;
   }
   if (cl.command == "bench-data") {

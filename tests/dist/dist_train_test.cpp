@@ -65,6 +65,7 @@ TEST(DataParallel, TwoRanksEqualOneProcessOnTheGlobalBatch) {
   ASSERT_EQ(r0.exit_code, 0) << r0.output;
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
   EXPECT_NE(r0.output.find("joined"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("weights identical on all 2 ranks after 16 steps"), std::string::npos) << r0.output;
 
   const auto a = read_safetensors(dir.file("one/default/model.safetensors")).tensors;
   const auto b = read_safetensors(dir.file("two/default/model.safetensors")).tensors;
@@ -142,6 +143,28 @@ TEST(DataParallel, SyncBatchNormEqualsOneProcessOnTheGlobalBatch) {
       EXPECT_GT(worst, 1e-2) << "per-rank batch norm should differ from the global batch";
     }
   }
+}
+
+// A checkpoint written by two ranks resumes in one process at the same place in the epoch: after 3 batches of
+// 16 on each of 2 ranks (96 samples), one process with batches of 16 continues at batch 6.
+TEST(DataParallel, ResumesOnADifferentNumberOfRanks) {
+  test::TempDir dir;
+  const std::string out = dir.file("run");
+  const std::string first = args(out, 16) + " --set train.max_steps=3 --set checkpoint.every_steps=1";
+  const int port = free_port();
+  const pid_t r1 = spawn(env(1, port) + first, dir.file("r1.log"));
+  const auto r0 = test::run_command(env(0, port) + first);
+  int status = 0;
+  ::waitpid(r1, &status, 0);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
+
+  const auto resumed = test::run_command(args(out, 16) + " --set checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("written by 2 rank(s), resumed on 1: epoch 1 continues at batch 6, step 6"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("trained 32 steps"), std::string::npos) << resumed.output;  // 2 epochs x 16
 }
 
 TEST(DataParallel, DeadRankEndsTheJob) {

@@ -94,6 +94,22 @@ std::function<void()> DistContext::all_reduce_async(torch::Tensor t, const char*
   return [work, op, this]() { wait(work, op, env_.rank, impl_->timeout, impl_->nccl); };
 }
 
+int64_t DistContext::count_diverged_replicas(torch::nn::Module& m) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> mine;
+  for (auto& p : m.parameters()) mine.push_back(p.detach().reshape({-1}).to(torch::kFloat64));
+  for (auto& b : m.buffers())
+    if (b.is_floating_point()) mine.push_back(b.detach().reshape({-1}).to(torch::kFloat64));
+  torch::Tensor flat = torch::cat(mine);
+  std::vector<torch::Tensor> root{flat.clone()};
+  c10d::BroadcastOptions o;
+  o.rootRank = 0;
+  wait(impl_->pg->broadcast(root, o), "broadcast for the replica check", env_.rank, impl_->timeout, impl_->nccl);
+  torch::Tensor differs = root[0].equal(flat) ? torch::zeros({1}, flat.options()) : torch::ones({1}, flat.options());
+  all_reduce_sum(differs);
+  return static_cast<int64_t>(differs.item<double>());
+}
+
 void DistContext::all_reduce_sum(torch::Tensor& t) {
   std::vector<torch::Tensor> one{t};
   wait(impl_->pg->allreduce(one), "all-reduce of metrics", env_.rank, impl_->timeout, impl_->nccl);

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
+#include "dist/process_group.h"
 #include "models/registry.h"
 #include "runtime/env.h"
 
@@ -58,16 +59,19 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   synchronize(ctx.device);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double loss = t.take_train_loss();
+  if (ctx.dist) t.check_replicas();
 
+  // Ranks step in lockstep (every step ends in the same all-reduce): the job's rate is W x this rank's.
   BenchResult r;
-  r.img_per_s = static_cast<double>(cfg.bench.steps * k * B) / sec;
+  const double per_rank = static_cast<double>(cfg.bench.steps * k * B) / sec;
+  r.img_per_s = per_rank * ctx.world_size;
   r.step_ms = 1000.0 * sec / cfg.bench.steps;
   r.peak_mem_gib = gpu_memory(ctx.device).peak_gib;
   const EnvInfo env = query_env();
   const std::string gpu = ctx.device.is_cuda() && !env.gpus.empty() ? env.gpus[ctx.device.index()].name : "cpu";
   const double flops = 3.0 * t.model()->flops_per_image();  // forward + backward (2x)
   const double peak = peak_flops(gpu, t.precision());
-  r.mfu = peak > 0 ? r.img_per_s * flops / peak : 0;
+  r.mfu = peak > 0 ? per_rank * flops / peak : 0;
 
   nlohmann::json j;
   j["tool"] = "trainer";
@@ -78,6 +82,12 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
   j["img_per_s"] = r.img_per_s;
+  j["world_size"] = ctx.world_size;
+  j["img_per_s_per_gpu"] = per_rank;
+  if (ctx.world_size > 1)
+    j["dist"] = {{"launcher", ctx.dist ? ctx.dist->env().launcher : "none"}, {"overlap", cfg.dist.overlap},
+                 {"bucket_mb", cfg.dist.bucket_mb}, {"grad_compression", cfg.dist.grad_compression},
+                 {"sync_bn", cfg.dist.sync_bn}};
   j["step_ms"] = r.step_ms;
   j["peak_mem_gib"] = r.peak_mem_gib;
   j["train_flops_per_image"] = flops;
@@ -95,9 +105,11 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
 
-  log::info(strprintf("bench %s bs %lld %lldpx %s: %.1f img/s, %.2f ms/step, peak %.2f GiB, MFU %.1f%%",
+  log::info(strprintf("bench %s bs %lld %lldpx %s x %d rank(s): %.1f img/s (%.1f per GPU), %.2f ms/step, peak %.2f "
+                      "GiB, MFU %.1f%%",
                       cfg.model.name.c_str(), static_cast<long long>(B), static_cast<long long>(S),
-                      precision_name(t.precision()), r.img_per_s, r.step_ms, r.peak_mem_gib, 100 * r.mfu));
+                      precision_name(t.precision()), ctx.world_size, r.img_per_s, per_rank, r.step_ms,
+                      r.peak_mem_gib, 100 * r.mfu));
   return r;
 }
 

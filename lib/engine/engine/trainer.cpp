@@ -161,8 +161,9 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.mean = d.mean.empty() ? defaults.mean : d.mean;
   o.std = d.std.empty() ? defaults.std : d.std;
   o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
-  o.workers = d.workers > 0 ? static_cast<int>(d.workers)
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
+  // default: the machine's cores less two, shared by the ranks on it
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
   o.prefetch = static_cast<int>(d.prefetch);
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
@@ -331,6 +332,13 @@ void Trainer::check_nonfinite_run() {
                                                       : "The last checkpoint is intact: " + last);
 }
 
+void Trainer::check_replicas() {
+  const int64_t bad = ctx_.dist->count_diverged_replicas(*model_);
+  TRAINER_CHECK(bad == 0, bad, " of ", ctx_.world_size, " ranks hold weights that differ from rank 0's after ", step_,
+                " steps: data parallelism is broken (non-deterministic collective or a rank-local update)");
+  log::info("weights identical on all ", ctx_.world_size, " ranks after ", step_, " steps");
+}
+
 // ---- checkpoints ----
 
 CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
@@ -345,6 +353,7 @@ CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
   s.tensors.emplace_back("scaler.scale", scaler_->scale_tensor());
   s.tensors.emplace_back("scaler.growth_tracker", scaler_->growth_tracker());
   s.tensors.emplace_back("train.skipped", skipped_);
+  s.tensors.emplace_back("train.world_size", torch::tensor(static_cast<int64_t>(ctx_.world_size)));
   s.tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
 #ifdef TRAINER_WITH_CUDA
   if (ctx_.device.is_cuda())
@@ -383,6 +392,22 @@ void Trainer::restore_state(const CheckpointState& s) {
   micro_ = 0;
   start_epoch_ = s.epoch;
   start_batch_ = s.batch;
+  const int64_t saved_world = rest.count("train.world_size") ? rest.at("train.world_size").item<int64_t>() : 1;
+  if (saved_world != ctx_.world_size) {
+    // Rank r trains on every W-th sample of the epoch's permutation, so after b batches of B the job has used
+    // the first b*B*W samples: on W' ranks that is batch b*W/W'. Steps are re-based on the new steps per epoch.
+    const int64_t used = s.batch * saved_world;
+    start_batch_ = used / ctx_.world_size / cfg_.train.accum_steps * cfg_.train.accum_steps;
+    if (start_batch_ * ctx_.world_size != used)
+      log::warn("resuming ", saved_world, " ranks' checkpoint on ", ctx_.world_size, " ranks: the epoch position ",
+                s.batch, " x ", saved_world, " is not a whole number of batches; ",
+                "some samples are trained again");
+    const int64_t spe = std::max<int64_t>(train_loader_ ? train_loader_->batches_per_epoch() / cfg_.train.accum_steps
+                                                        : 1, 1);
+    step_ = s.epoch * spe + start_batch_ / cfg_.train.accum_steps;
+    log::info("checkpoint written by ", saved_world, " rank(s), resumed on ", ctx_.world_size, ": epoch ",
+              s.epoch + 1, " continues at batch ", start_batch_, ", step ", step_);
+  }
 }
 
 void Trainer::save_checkpoint(int64_t epoch, int64_t batch) {
@@ -454,12 +479,14 @@ FitResult Trainer::fit() {
         const double loss = take_train_loss();  // the one sync per interval
         const double dt = seconds_since(t_log);
         res.last_train_loss = loss;
-        log::info(strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
-                            static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
-                            static_cast<long long>(step_), loss, lr_, images_since / dt));
+        const double rate = images_since / dt;  // this rank's; ranks run in lockstep, so global = rate x W
+        log::info(strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s", static_cast<long long>(epoch + 1),
+                            static_cast<long long>(epochs), static_cast<long long>(step_), loss, lr_,
+                            rate * ctx_.world_size),
+                  ctx_.world_size > 1 ? strprintf(" (%.0f per GPU)", rate) : std::string());
         run_dir_->append_metrics(strprintf(
-            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f})",
-            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, images_since / dt));
+            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f})",
+            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, rate * ctx_.world_size, rate));
         t_log = Clock::now();
         images_since = 0;
       }
@@ -502,11 +529,11 @@ FitResult Trainer::fit() {
     const GpuMemory mem = gpu_memory(ctx_.device);
     const double wait_pct = epoch_s > 0 ? 100.0 * wait_s / epoch_s : 0.0;
     log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s",
-                        static_cast<long long>(epoch + 1), epoch_s, images_epoch / epoch_s, wait_pct,
+                        static_cast<long long>(epoch + 1), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct,
                         eval_text.c_str(),
                         ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
     run_dir_->append_metrics(strprintf(R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"bad_samples":%lld})",
-                                       static_cast<long long>(epoch), epoch_s, images_epoch / epoch_s, wait_pct,
+                                       static_cast<long long>(epoch), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct,
                                        static_cast<long long>(train_loader_->bad_samples())));
     const std::string verdict = bottleneck_verdict(images_epoch, epoch_s, wait_s);
     if (!verdict.empty()) log::warn(verdict);
@@ -516,6 +543,7 @@ FitResult Trainer::fit() {
   res.steps = step_;
   res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
   if (res.skipped_steps > 0) log::warn(res.skipped_steps, " optimizer steps skipped for non-finite gradients");
+  if (ctx_.dist) check_replicas();
   if (ctx_.writer()) {
     save_weights(*model_, run_dir_->file("model.safetensors"),
                  {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});

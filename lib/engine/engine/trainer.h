@@ -27,6 +27,7 @@ struct RunContext {
   torch::Device device = torch::kCPU;
   int rank = 0;
   int world_size = 1;
+  int local_world_size = 1;     // ranks on this machine (they share its cores)
   DistContext* dist = nullptr;  // set when world_size > 1; owned by the caller
   bool writer() const { return rank == 0; }
 };
@@ -70,6 +71,8 @@ class Trainer {
 
   Classifier model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
+  // Data parallel: every rank holds rank 0's weights bit for bit, or this throws.
+  void check_replicas();
   GradScaler& scaler() { return *scaler_; }
   Loader& train_loader() { return *train_loader_; }
   int64_t steps() const { return step_; }
