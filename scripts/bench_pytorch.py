@@ -2,12 +2,15 @@
 """The PyTorch reference for `trainer bench`: the same workload (model, batch, image size, precision, memory
 format, SGD with momentum 0.9 nesterov wd 5e-4, one synthetic batch resident on the GPU, warm-up excluded,
 N timed steps between two synchronisations) in eager mode or under torch.compile. Prints and writes JSON.
+Under torchrun (WORLD_SIZE set) it runs DistributedDataParallel over NCCL, one GPU per rank, and rank 0 reports
+the job's images/s (W x its own; the ranks step in lockstep).
 
 usage: bench_pytorch.py --model resnet50 --batch-size 256 --image-size 224 --precision bf16 \
                         [--channels-last] [--compile] [--steps 100] [--warmup 20] [--out result.json]
 """
 import argparse
 import json
+import os
 import platform
 import time
 
@@ -33,7 +36,13 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if world > 1:
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(dev)
+        torch.distributed.init_process_group("nccl", device_id=dev)
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     model = build(a.model, a.num_classes).to(dev)
@@ -44,6 +53,8 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[a.precision]
     scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
     fwd = torch.compile(model) if a.compile else model
 
     def step():
@@ -74,7 +85,9 @@ def main():
                      "data": "synthetic, resident on the device"},
         "warmup_steps": a.warmup,
         "steps": a.steps,
-        "img_per_s": a.steps * a.batch_size / sec,
+        "img_per_s": world * a.steps * a.batch_size / sec,
+        "world_size": world,
+        "img_per_s_per_gpu": a.steps * a.batch_size / sec,
         "step_ms": 1000 * sec / a.steps,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else 0.0,
         "final_loss": float(loss),
@@ -82,6 +95,10 @@ def main():
                 "torch": torch.__version__, "cuda": torch.version.cuda,
                 "cudnn": torch.backends.cudnn.version(), "python": platform.python_version()},
     }
+    if world > 1:
+        torch.distributed.destroy_process_group()
+        if rank != 0:
+            return
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
