@@ -65,7 +65,7 @@ PY
   e2e)
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
       --train 8000 --val 500 | tee "$o/dataset.txt"
-    E=(--config configs/imagenet_like.yaml --set train.epochs=6 --set run.log_interval=5)
+    E=(--config configs/imagenet_like.yaml --set train.epochs=6 --set run.log_interval=5 --set run.name=r)
     "$T" "${E[@]}" --set run.out_dir="$o/e2e_1gpu" > "$o/e2e_1gpu.log" 2>&1
     grep -h "done in\|weights identical\|error" "$o/e2e_1gpu.log"
     next_port; "$T" launch --nproc-per-node "$n" --master-port $port -- "${E[@]}" --set run.out_dir="$o/e2e_${n}gpu" \
@@ -74,13 +74,13 @@ PY
     ;;
   check)
     F=(--config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set train.epochs=4
-       --set run.log_interval=10 --set train.eval_interval=1)
+       --set run.log_interval=10 --set train.eval_interval=1 --set run.name=r)
     "$T" "${F[@]}" --set data.batch_size=256 --set train.accum_steps="$n" --set run.out_dir="$o/fm_1x256_accum$n" \
       > "$o/fm_1gpu_accum.log" 2>&1
     next_port; "$T" launch --nproc-per-node "$n" --master-port $port -- "${F[@]}" --set data.batch_size=256 \
       --set run.out_dir="$o/fm_${n}x256" > "$o/fm_${n}gpu.log" 2>&1
     grep -h "weights identical" "$o/fm_${n}gpu.log"
-    python3 - "$o/fm_1x256_accum$n/default/metrics.jsonl" "$o/fm_${n}x256/default/metrics.jsonl" <<'PY'
+    python3 - "$o/fm_1x256_accum$n/r/metrics.jsonl" "$o/fm_${n}x256/r/metrics.jsonl" <<'PY'
 import json, sys
 def read(p):
     rows = [json.loads(l) for l in open(p)]
@@ -100,7 +100,7 @@ PY
       > "$o/fault.log" 2>&1 &
     lpid=$!
     for _ in $(seq 1 120); do
-      [ "$(ls "$o/fault/default/checkpoints" 2>/dev/null | wc -l)" -ge 2 ] && break
+      [ "$(ls "$o/fault/r/checkpoints" 2>/dev/null | wc -l)" -ge 2 ] && break
       sleep 0.5
     done
     for p in $(pgrep -f "$T"); do
@@ -110,8 +110,8 @@ PY
     wait $lpid; rc=$?
     echo "launcher exit code $rc, $(( $(date +%s) - killed )) s after the kill"
     grep -h "exited\|signal\|error\|rank" "$o/fault.log" | grep -v "joined\|img/s" | tail -6
-    ls "$o/fault/default/checkpoints"
-    "$T" "${F[@]}" --set train.epochs=5 --set run.out_dir="$o/fault" --set checkpoint.resume=auto \
+    ls "$o/fault/r/checkpoints"
+    "$T" "${F[@]}" --set train.epochs=60 --set run.out_dir="$o/fault" --set checkpoint.resume=auto \
       > "$o/fault_resume_1gpu.log" 2>&1; echo "resume on 1 GPU: exit $?"
     grep -h "resumed\|written by\|trained" "$o/fault_resume_1gpu.log"
     ;;

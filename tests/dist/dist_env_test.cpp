@@ -28,6 +28,9 @@ TEST(DistEnv, LaunchersTable) {
        {{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "8"},
         {"SLURM_NODELIST", "gpu[07-08,12],login1"}},
        {"slurm", 9, 16, 1, 8, "gpu07", 29500}},
+      {"torchrun with its agent's store",
+       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29401"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}},
+       {"torchrun", 1, 2, 1, 2, "127.0.0.1", 29401, true}},
       {"torchrun wins over slurm",
        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}},
        {"torchrun", 0, 2, 0, 2, "127.0.0.1", 29500}},
@@ -42,6 +45,7 @@ TEST(DistEnv, LaunchersTable) {
     EXPECT_EQ(d.local_world_size, c.want.local_world_size);
     EXPECT_EQ(d.master_addr, c.want.master_addr);
     EXPECT_EQ(d.master_port, c.want.master_port);
+    EXPECT_EQ(d.agent_store, c.want.agent_store);
   }
 }
 

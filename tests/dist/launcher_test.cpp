@@ -50,6 +50,21 @@ int port() {
   return 20000 + static_cast<int>(rd() % 20000);
 }
 
+// torchrun (from the project's .venv) starts the binary unchanged: its agent serves the store, the ranks join it.
+TEST(Launcher, TorchrunNoPythonRunsTheBinaryUnchanged) {
+  const std::string torchrun = test::source_dir() + "/.venv/bin/torchrun";
+  if (!fs::exists(torchrun)) GTEST_SKIP() << "no " << torchrun << " (scripts/setup.sh creates it)";
+  test::TempDir dir;
+  const auto r = test::run_command(test::shell_quote(torchrun) + " --nproc-per-node 2 --master-port " +
+                                   std::to_string(port()) + " --no-python " +
+                                   test::shell_quote(test::trainer_binary()) + train_args(dir.file("a")) +
+                                   " --set train.epochs=1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1/2 joined (torchrun"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("weights identical on all 2 ranks"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir.file("a/default/model.safetensors")));
+}
+
 TEST(Launcher, TwoRanksTrainAndSigtermReachesBoth) {
   test::TempDir dir;
   const std::string t = test::shell_quote(test::trainer_binary());

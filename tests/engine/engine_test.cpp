@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/strings.h"
 #include "engine/amp.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
@@ -201,15 +202,6 @@ TEST(Engine, ParamGroupsKeepNormsBiasesAndListedOutOfDecay) {
   EXPECT_TRUE(in(groups[1], "cls_token"));
 }
 
-TEST(Engine, BottleneckVerdictOnCraftedTimings) {
-  EXPECT_EQ(bottleneck_verdict(10000, 10.0, 0.5), "");  // 5% waiting: compute-bound, no warning
-  const std::string v = bottleneck_verdict(10000, 10.0, 5.0);
-  EXPECT_NE(v.find("input-bound: 50%"), std::string::npos) << v;
-  EXPECT_NE(v.find("delivered 1000 img/s"), std::string::npos) << v;
-  EXPECT_NE(v.find("could train 2000 img/s"), std::string::npos) << v;
-  EXPECT_NE(v.find("data.workers"), std::string::npos) << v;
-}
-
 TEST(Schedule, WarmupThenCosineStepMultistepPoly) {
   OptimConfig o;
   o.warmup_epochs = 1;
@@ -264,6 +256,87 @@ TEST(FashionMnist, ShortCpuRunLearns) {
   const std::string metrics = fs::read_text(dir.file("default/metrics.jsonl"));
   EXPECT_NE(metrics.find("\"kind\":\"eval\""), std::string::npos);
   EXPECT_NE(metrics.find("\"data_wait_pct\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+std::string tiny_run_args(const std::string& out) {
+  return " --set run.device=cpu --set run.out_dir=" + test::shell_quote(out) +
+         " --set model.name=vit_tiny_patch16_224 --set model.in_chans=1 --set data.source=synthetic"
+         " --set data.synthetic_samples=128 --set data.image_size=32 --set data.batch_size=16 --set train.epochs=1"
+         " --set run.log_interval=2 --set checkpoint.every_epoch=false";
+}
+
+// One short run, output to a file (not a terminal): every log interval carries the step split and lands in
+// metrics.jsonl and the TensorBoard file; --profile writes a Chrome trace with the named ranges; the output
+// holds no progress-bar control characters.
+TEST(Observability, StepSplitMetricsTensorboardTraceAndCleanOutput) {
+  test::TempDir dir;
+  const auto r = test::run_command(test::shell_quote(test::trainer_binary()) + tiny_run_args(dir.path()) +
+                                   " --profile 2:4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| step "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ms: data wait "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", compute "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << "progress bar drawn into a file";
+  EXPECT_EQ(r.output.find('\033'), std::string::npos) << "escape sequence in non-terminal output";
+
+  const std::string run = dir.file("default");
+  bool train_line = false;
+  for (const auto& l : split(fs::read_text(run + "/metrics.jsonl"), '\n')) {
+    if (l.empty()) continue;
+    const auto j = nlohmann::json::parse(l);
+    if (j["kind"] != "train") continue;
+    train_line = true;
+    for (const char* k : {"step", "loss", "lr", "img_per_s", "step_ms", "data_wait_ms", "compute_ms", "mem_peak_gib"})
+      EXPECT_TRUE(j.contains(k)) << k << " missing in " << l;
+    EXPECT_GT(j["compute_ms"].get<double>(), 0.0) << l;
+    EXPECT_GE(j["step_ms"].get<double>(), j["compute_ms"].get<double>() * 0.5) << l;
+  }
+  EXPECT_TRUE(train_line);
+  bool events = false;
+  for (const auto& f : fs::list_dir(run)) events = events || f.find("events.out.tfevents.") == 0;
+  EXPECT_TRUE(events) << "no TensorBoard event file in " << run;
+
+  const std::string trace = fs::read_text(run + "/trace.json");
+  const auto j = nlohmann::json::parse(trace);  // valid JSON
+  ASSERT_TRUE(j.contains("traceEvents"));
+  for (const char* name : {"\"data\"", "\"forward\"", "\"backward\"", "\"optimizer\""})
+    EXPECT_NE(trace.find(name), std::string::npos) << name << " range missing from the trace";
+}
+
+TEST(Observability, BadProfileRangeIsAConfigError) {
+  test::TempDir dir;
+  const auto r = test::run_command(test::shell_quote(test::trainer_binary()) + tiny_run_args(dir.path()) +
+                                   " --profile 5:2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("run.profile: expected START:END"), std::string::npos) << r.output;
+}
+
+// The bench JSON carries the figures and the environment a reader needs to reproduce it.
+TEST(Observability, BenchJsonSchema) {
+  test::TempDir dir;
+  const auto r = test::run_command(test::shell_quote(test::trainer_binary()) + " bench" + tiny_run_args(dir.path()) +
+                                   " --set bench.warmup_steps=1 --set bench.steps=2 --out " +
+                                   test::shell_quote(dir.file("b.json")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(fs::read_text(dir.file("b.json")));
+  EXPECT_EQ(j["tool"], "trainer");
+  for (const char* k : {"model", "batch_size", "image_size", "precision", "channels_last", "optimizer", "accum_steps", "data"})
+    EXPECT_TRUE(j["workload"].contains(k)) << "workload." << k;
+  for (const char* k : {"warmup_steps", "steps", "img_per_s", "img_per_s_per_gpu", "world_size", "step_ms",
+                        "peak_mem_gib", "train_flops_per_image", "mfu", "final_loss", "config_fnv1a64"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"gpu", "cuda_driver", "cuda_runtime", "cudnn", "nccl", "libtorch", "compiler", "trainer", "git_sha"})
+    EXPECT_TRUE(j["env"].contains(k)) << "env." << k;
+  EXPECT_GT(j["img_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_EQ(j["world_size"], 1);
+  EXPECT_EQ(j["config_fnv1a64"].get<std::string>().size(), 16u);
 }
 
 }  // namespace

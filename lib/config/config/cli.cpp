@@ -18,6 +18,7 @@ std::string usage_text(const std::vector<CommandSpec>& commands) {
       "  --weights FILE     eval: safetensors weights to evaluate\n"
       "  --out FILE         bench: also write the result JSON here; export: the safetensors file\n"
       "  --resume auto|PATH continue from the newest valid checkpoint of the run, or from PATH\n"
+      "  --profile S:E      Chrome trace of optimizer steps S..E-1 (run folder/trace.json)\n"
       "  --checkpoint FILE  export: the checkpoint to read\n"
       "  --version          print versions of trainer, LibTorch, CUDA, cuDNN, NCCL and the GPUs found\n"
       "  -h, --help         this text\n";
@@ -67,6 +68,8 @@ CommandLine parse_command_line(int argc, const char* const* argv, const std::vec
       cl.checkpoint = take(a);
     } else if (a == "--resume") {
       cl.overrides.push_back("checkpoint.resume=" + take(a));
+    } else if (a == "--profile") {
+      cl.overrides.push_back("run.profile=" + take(a));
     } else if (a == "--print-config") {
       cl.print_config = true;
     } else if (a == "--docs") {

@@ -90,6 +90,10 @@ Schema fields_of(Config& c) {
   s.add_int("run.log_interval", &c.run.log_interval, "optimizer steps between log lines", at_least(1));
   s.add_int("run.dist_timeout_s", &c.run.dist_timeout_s, "seconds a collective may take before the job ends",
             at_least(1));
+  s.add_string("run.progress", &c.run.progress, "progress bar on stderr", {"auto", "always", "never"});
+  s.add_bool("run.tensorboard", &c.run.tensorboard, "write a TensorBoard event file into the run folder");
+  s.add_string("run.profile", &c.run.profile,
+               "START:END = Chrome trace of optimizer steps START..END-1 into the run folder (trace.json)");
 
   s.section_docs["model"] = "architecture, by registry name";
   s.add_string("model.name", &c.model.name, "registry name, e.g. resnet50, vit_base_patch16_224");

@@ -19,6 +19,9 @@ struct RunConfig {
   std::string log_level = "info";     // trace | debug | info | warn | error
   int64_t log_interval = 50;          // optimizer steps between log lines
   int64_t dist_timeout_s = 600;       // a collective unfinished after this long ends the job
+  std::string progress = "auto";      // progress bar: auto (on a terminal) | always | never
+  bool tensorboard = true;            // TensorBoard event file in the run folder
+  std::string profile;                // "START:END": Chrome trace of those optimizer steps ("" = off)
 };
 
 struct ModelConfig {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <functional>
 #include <mutex>
 
 #include "core/check.h"
@@ -19,6 +20,7 @@ struct State {
   std::shared_ptr<spdlog::logger> console;
   std::shared_ptr<spdlog::logger> file;
   std::string prefix;
+  std::function<void()> before, after;  // console guard (progress bar)
   std::atomic<int> level{static_cast<int>(Level::info)};
 };
 
@@ -94,8 +96,20 @@ void write(Level l, const std::string& msg) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   const std::string line = s.prefix + msg;
+  if (s.before) s.before();
   console()->log(to_spd(l), line);
+  if (s.after) {
+    console()->flush();
+    s.after();
+  }
   if (s.file) s.file->log(to_spd(l), line);
+}
+
+void set_console_guard(std::function<void()> before, std::function<void()> after) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.before = std::move(before);
+  s.after = std::move(after);
 }
 
 void flush() {

@@ -5,6 +5,7 @@
 //
 // Every line carries a rank prefix once set_rank() is called with world > 1; only rank 0 writes the file.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "core/strings.h"
@@ -22,6 +23,8 @@ void set_rank(int rank, int world_size);
 // Also write to this file (created/appended). Empty path closes it.
 void set_file(const std::string& path);
 void write(Level level, const std::string& msg);
+// Called around every console line (e.g. a progress bar erases itself before and redraws after); empty = none.
+void set_console_guard(std::function<void()> before, std::function<void()> after);
 void flush();
 
 template <class... A> void trace(const A&... a) { if (enabled(Level::trace)) write(Level::trace, str_cat(a...)); }

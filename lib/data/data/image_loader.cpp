@@ -27,7 +27,8 @@ struct ImageLoader::Slot {
   int64_t batch = -1;     // which batch of the epoch the slot holds
   int64_t done = 0;       // samples written
 #ifdef TRAINER_WITH_CUDA
-  std::unique_ptr<at::cuda::CUDAEvent> copied;  // the H2D copy out of this slot finished
+  std::unique_ptr<at::cuda::CUDAEvent> copy_start;  // timing events around the H2D copy out of this slot
+  std::unique_ptr<at::cuda::CUDAEvent> copied;      // the copy finished
 #endif
 };
 
@@ -65,7 +66,10 @@ ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions op
     s->images = torch::empty({B, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(device_.is_cuda()));
     s->labels = torch::empty({B}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device_.is_cuda()));
 #ifdef TRAINER_WITH_CUDA
-    if (device_.is_cuda()) s->copied = std::make_unique<at::cuda::CUDAEvent>();
+    if (device_.is_cuda()) {
+      s->copy_start = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+      s->copied = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    }
 #endif
     slots_.push_back(std::move(s));
   }
@@ -252,7 +256,10 @@ bool ImageLoader::next(Batch& out) {
     if (cursor_ > released_) {
 #ifdef TRAINER_WITH_CUDA
       Slot* prev = slots_[(cursor_ - 1) % ring].get();
-      if (prev->copied) prev->copied->synchronize();
+      if (prev->copied) {
+        prev->copied->synchronize();
+        copy_ns_ += static_cast<int64_t>(1e6 * prev->copy_start->elapsed_time(*prev->copied));
+      }
 #endif
       released_ = cursor_;
       work_cv_.notify_all();
@@ -278,6 +285,7 @@ bool ImageLoader::next(Batch& out) {
     torch::Tensor gi, gl;
     {
       c10::cuda::CUDAStreamGuard guard(side);
+      slot->copy_start->record(side);
       gi = torch::empty(images.sizes(), images.options().device(device_).pinned_memory(false));
       gl = torch::empty(labels.sizes(), labels.options().device(device_).pinned_memory(false));
       gi.copy_(images, /*non_blocking=*/true);

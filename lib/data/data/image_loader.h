@@ -64,6 +64,7 @@ class ImageLoader : public Loader {
   // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
+  double copy_seconds() const override { return copy_ns_.load() * 1e-9; }
   StageTotals stage_totals() const;
 
  private:
@@ -96,6 +97,7 @@ class ImageLoader : public Loader {
   std::set<std::string> reported_bad_;
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0};
+  std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
 };
 
 }  // namespace trainer

@@ -22,6 +22,9 @@ class Loader {
   virtual int64_t samples_per_epoch() const = 0;
   virtual bool next(Batch& out) = 0;          // false at the end of the epoch
   virtual int64_t bad_samples() const { return 0; }  // samples replaced because they failed to decode
+  // Device time of host-to-device copies so far (GPU events on the copy stream, read once complete); 0 when
+  // the loader copies nothing (CPU, GPU-resident data).
+  virtual double copy_seconds() const { return 0; }
 };
 
 }  // namespace trainer

@@ -55,6 +55,8 @@ DistEnv parse_dist_env(const std::map<std::string, std::string>& env) {
     d.world_size = to_int(env, "WORLD_SIZE", 1);
     d.local_rank = to_int(env, "LOCAL_RANK", d.rank);
     d.local_world_size = to_int(env, "LOCAL_WORLD_SIZE", d.world_size);
+    const auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
+    d.agent_store = agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1");
   } else if (env.count("OMPI_COMM_WORLD_RANK")) {
     d.launcher = "openmpi";
     d.rank = to_int(env, "OMPI_COMM_WORLD_RANK", 0);

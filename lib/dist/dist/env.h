@@ -16,6 +16,7 @@ struct DistEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  bool agent_store = false;  // torchrun hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE): every rank is a client
 };
 
 // Throws ConfigError on inconsistent values (rank >= world size, non-numbers).

@@ -1,6 +1,7 @@
 #include "dist/process_group.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -8,6 +9,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define TRAINER_WITH_NCCL 1
 #endif
+
+#include <map>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -45,11 +48,13 @@ DistContext::DistContext(const DistEnv& env, torch::Device device, std::chrono::
   impl_->timeout = timeout;
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
+  so.isServer = env.rank == 0 && !env.agent_store;  // under torchrun the agent already serves this port
   so.numWorkers = env.world_size;
   so.timeout = timeout;
   try {
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    // our keys under a prefix: a torchrun agent's store holds its own
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>(
+        "trainer", c10::make_intrusive<c10d::TCPStore>(env.master_addr, so));
   } catch (const std::exception& e) {
     TRAINER_FAIL("rank ", env.rank, ": rendezvous at ", env.master_addr, ":", env.master_port, " failed: ", e.what());
   }
@@ -92,6 +97,25 @@ std::function<void()> DistContext::all_reduce_async(torch::Tensor t, const char*
   std::vector<torch::Tensor> one{t};
   auto work = impl_->pg->allreduce(one);
   return [work, op, this]() { wait(work, op, env_.rank, impl_->timeout, impl_->nccl); };
+}
+
+void DistContext::broadcast_buffers(torch::nn::Module& m) {
+  torch::NoGradGuard ng;
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
+  for (auto& b : m.buffers()) by_type[b.scalar_type()].push_back(b);
+  for (auto& [type, bufs] : by_type) {
+    std::vector<torch::Tensor> views;
+    for (auto& b : bufs) views.push_back(b.reshape({-1}));
+    std::vector<torch::Tensor> flat{torch::cat(views)};
+    c10d::BroadcastOptions o;
+    o.rootRank = 0;
+    wait(impl_->pg->broadcast(flat, o), "broadcast of buffers", env_.rank, impl_->timeout, impl_->nccl);
+    int64_t off = 0;
+    for (auto& b : bufs) {
+      b.copy_(flat[0].narrow(0, off, b.numel()).view_as(b));
+      off += b.numel();
+    }
+  }
 }
 
 int64_t DistContext::count_diverged_replicas(torch::nn::Module& m) {

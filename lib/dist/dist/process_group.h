@@ -26,6 +26,8 @@ class DistContext {
 
   void broadcast_module(torch::nn::Module& m);                     // params and buffers from rank 0
   void all_reduce_sum(torch::Tensor& t);                           // in place, waits
+  // Buffers (batch-norm running statistics, which each rank estimates on its own batches) from rank 0.
+  void broadcast_buffers(torch::nn::Module& m);
   // How many ranks hold parameters and buffers that differ bit for bit from rank 0's (0 = all identical).
   int64_t count_diverged_replicas(torch::nn::Module& m);
   // Starts an in-place sum of `t` over ranks; the returned function waits for it (on NCCL: makes the current

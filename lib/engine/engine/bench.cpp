@@ -14,6 +14,7 @@
 #include "dist/process_group.h"
 #include "models/registry.h"
 #include "runtime/env.h"
+#include "runtime/step_timer.h"
 
 namespace trainer {
 
@@ -26,15 +27,6 @@ std::string fnv1a_hex(const std::string& text) {
   return strprintf("%016llx", static_cast<unsigned long long>(h));
 }
 
-namespace {
-// Dense tensor-core peak by GPU name (vendor datasheets), for MFU; 0 when unknown.
-double peak_flops(const std::string& gpu, Precision p) {
-  if (p == Precision::fp32) return 0;
-  if (gpu.find("H200") != std::string::npos || gpu.find("H100") != std::string::npos) return 989e12;
-  if (gpu.find("A100") != std::string::npos) return 312e12;
-  return 0;
-}
-}  // namespace
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   Trainer t(cfg, ctx, /*with_data=*/false);
@@ -59,7 +51,10 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   synchronize(ctx.device);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double loss = t.take_train_loss();
-  if (ctx.dist) t.check_replicas();
+  if (ctx.dist) {
+    ctx.dist->broadcast_buffers(*t.model());
+    t.check_replicas();
+  }
 
   // Ranks step in lockstep (every step ends in the same all-reduce): the job's rate is W x this rank's.
   BenchResult r;
@@ -70,7 +65,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   const EnvInfo env = query_env();
   const std::string gpu = ctx.device.is_cuda() && !env.gpus.empty() ? env.gpus[ctx.device.index()].name : "cpu";
   const double flops = 3.0 * t.model()->flops_per_image();  // forward + backward (2x)
-  const double peak = peak_flops(gpu, t.precision());
+  const double peak = peak_flops(gpu, t.precision() != Precision::fp32);
   r.mfu = peak > 0 ? per_rank * flops / peak : 0;
 
   nlohmann::json j;

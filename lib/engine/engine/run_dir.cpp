@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "observe/tfevents.h"
 
 namespace trainer {
 
@@ -19,6 +20,13 @@ RunDir::RunDir(const Config& cfg, bool writer) : writer_(writer) {
   log::set_file(file("train.log"));
   metrics_.open(file("metrics.jsonl"), std::ios::app);
   TRAINER_CHECK(metrics_.good(), "cannot open ", file("metrics.jsonl"));
+  if (cfg.run.tensorboard) events_ = std::make_unique<EventWriter>(path_);
+}
+
+void RunDir::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+  if (!events_) return;
+  events_->scalars(step, values);
+  events_->flush();
 }
 
 RunDir::~RunDir() {

@@ -21,6 +21,11 @@
 #include "dist/process_group.h"
 #include "dist/reducer.h"
 #include "models/batchnorm.h"
+#include "observe/progress.h"
+#include "observe/verdict.h"
+#include "runtime/step_timer.h"
+#include "engine/profiler.h"
+#include <ATen/record_function.h>
 #include "engine/run_dir.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -203,18 +208,6 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
   }
 }
 
-std::string bottleneck_verdict(int64_t images, double epoch_s, double wait_s) {
-  // Input-bound when the loop spends a tenth of the epoch waiting for batches. The compute side could then
-  // take images / (epoch - wait) per second; the pipeline delivered images / epoch.
-  if (epoch_s <= 0 || wait_s < 0.10 * epoch_s) return "";
-  const double delivered = images / epoch_s;
-  const double compute = images / std::max(epoch_s - wait_s, 1e-9);
-  return strprintf("input-bound: %.0f%% of the epoch waited for data; the pipeline delivered %.0f img/s, the "
-                   "model could train %.0f img/s. Try more decode threads (data.workers), keep data.crop_decode "
-                   "and data.dct_scale on, smaller stored images, or GPU decode.",
-                   100.0 * wait_s / epoch_s, delivered, compute);
-}
-
 // ---- the train step ----
 bool Trainer::train_step(const Batch& batch) {
   const int64_t k = cfg_.train.accum_steps;
@@ -225,6 +218,7 @@ bool Trainer::train_step(const Batch& batch) {
   // forward under autocast; cross-entropy runs in fp32 by autocast's policy
   torch::Tensor loss;
   {
+    RECORD_USER_SCOPE("forward");
     AutocastGuard autocast(ctx_.device, precision_);
     torch::Tensor logits = model_->forward(images);
     loss = torch::nn::functional::cross_entropy(
@@ -233,14 +227,21 @@ bool Trainer::train_step(const Batch& batch) {
   // backward of loss / k, scaled for fp16; data parallel: only the last micro-step's backward communicates
   const bool last_micro = micro_ + 1 == k;
   if (reducer_) reducer_->prepare(last_micro);
-  scaler_->scale(k > 1 ? loss / k : loss).backward();
+  {
+    RECORD_USER_SCOPE("backward");
+    scaler_->scale(k > 1 ? loss / k : loss).backward();
+  }
   loss_sum_.add_(loss.detach());
   loss_count_.add_(1);
   if (++micro_ < k) return false;
   micro_ = 0;
 
   // unscale (fp16) and check for inf/nan in one pass; the optimizer skips the step when found
-  if (reducer_) reducer_->finish();  // data parallel: the mean over ranks, before unscaling
+  if (reducer_) {
+    RECORD_USER_SCOPE("all-reduce");
+    reducer_->finish();  // data parallel: the mean over ranks, before unscaling
+  }
+  RECORD_USER_SCOPE("optimizer");
   std::vector<torch::Tensor> grads = optimizer_->grads();
   scaler_->unscale_(grads);
   if (cfg_.optim.clip_grad_norm > 0) {
@@ -452,6 +453,21 @@ FitResult Trainer::fit() {
             "M params) on ", ctx_.device.str(), ", ", precision_name(precision_), " | ",
             train_loader_->samples_per_epoch(), " samples/epoch, ", steps_per_epoch, " steps/epoch x ", epochs,
             " epochs");
+
+  // ---- what the run reports: GPU-event step timing, MFU, progress bar, profiler ----
+  StepTimer timer(ctx_.device);
+  const EnvInfo env = query_env();
+  const std::string gpu_name =
+      ctx_.device.is_cuda() && static_cast<size_t>(ctx_.device.index()) < env.gpus.size() ? env.gpus[ctx_.device.index()].name : "";
+  const double peak = peak_flops(gpu_name, precision_ != Precision::fp32);
+  const double train_flops = 3.0 * model_->flops_per_image();  // forward + backward (2x)
+  const bool show_bar = ctx_.writer() && cfg_.run.progress != "never";
+  ProgressBar bar(stderr, show_bar && cfg_.run.progress == "always");
+  if (!show_bar) bar.done();
+  StepProfiler profiler(parse_profile_range(cfg_.run.profile), run_dir_->file("trace.json"), ctx_.device);
+  const auto t_run = Clock::now();
+  const int64_t step_at_start = step_;
+
   FitResult res;
   model_->train();
   bool done = false;
@@ -460,39 +476,101 @@ FitResult Trainer::fit() {
     train_loader_->set_epoch(epoch, first_batch);
     int64_t batch_in_epoch = first_batch;
     synchronize(ctx_.device);
+    timer.take_seconds();
+    const double copy_at_epoch = train_loader_->copy_seconds();
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
-    int64_t images_since = 0, images_epoch = 0;
-    double wait_s = 0;  // host time blocked on the input pipeline this epoch
+    int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0;
+    double wait_s = 0, wait_since = 0;  // host time blocked on the input pipeline
+    double compute_epoch = 0, copy_since = copy_at_epoch;
     Batch batch;
     for (;;) {
+      profiler.at_step(step_);
+      if (timer.idle()) ++drained_epoch;  // the GPU finished everything queued before we came back
       const auto t_wait = Clock::now();
-      if (!train_loader_->next(batch)) break;
-      wait_s += seconds_since(t_wait);
+      {
+        RECORD_USER_SCOPE("data");
+        if (!train_loader_->next(batch)) break;
+      }
+      const double waited = seconds_since(t_wait);
+      wait_s += waited;
+      wait_since += waited;
+      timer.start();
       const bool stepped = train_step(batch);
+      timer.stop();
       ++batch_in_epoch;
+      ++micro_since;
+      ++micro_epoch;
       images_since += batch.labels.size(0);
       images_epoch += batch.labels.size(0);
       if (!stepped) continue;
       if (step_ % cfg_.run.log_interval == 0) {
         check_nonfinite_run();
-        const double loss = take_train_loss();  // the one sync per interval
+        const double loss = take_train_loss();  // the one sync per interval: the step events are complete now
         const double dt = seconds_since(t_log);
+        const double compute_s = timer.take_seconds();
+        compute_epoch += compute_s;
+        const double copy_now = train_loader_->copy_seconds();
+        const double copy_s = copy_now - copy_since;
+        copy_since = copy_now;
         res.last_train_loss = loss;
         const double rate = images_since / dt;  // this rank's; ranks run in lockstep, so global = rate x W
-        log::info(strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s", static_cast<long long>(epoch + 1),
-                            static_cast<long long>(epochs), static_cast<long long>(step_), loss, lr_,
-                            rate * ctx_.world_size),
-                  ctx_.world_size > 1 ? strprintf(" (%.0f per GPU)", rate) : std::string());
+        const double per_step = 1e3 / std::max<int64_t>(micro_since, 1);
+        const GpuMemory mem = gpu_memory(ctx_.device);
+        const double scale = scaler_->enabled() ? scaler_->scale_tensor().item<double>() : 0.0;
+        const double mfu = peak > 0 ? rate * train_flops / peak : 0.0;
+        std::string line = strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
+                                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                                     static_cast<long long>(step_), loss, lr_, rate * ctx_.world_size);
+        if (ctx_.world_size > 1) line += strprintf(" (%.0f per GPU)", rate);
+        line += strprintf(" | step %.1f ms: data wait %.1f", 1e3 * dt / std::max<int64_t>(micro_since, 1),
+                          per_step * wait_since);
+        if (ctx_.device.is_cuda()) line += strprintf(", copy %.1f, GPU %.1f", per_step * copy_s, per_step * compute_s);
+        else line += strprintf(", compute %.1f", per_step * compute_s);
+        if (ctx_.device.is_cuda())
+          line += strprintf(" | mem %.1f/%.1f GiB (peak %.1f)", mem.allocated_gib, mem.reserved_gib, mem.peak_gib);
+        if (scale > 0) line += strprintf(" | scale %.0f", scale);
+        if (mfu > 0) line += strprintf(" | MFU %.1f%%", 100 * mfu);
+        log::info(line);
         run_dir_->append_metrics(strprintf(
-            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f})",
-            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, rate * ctx_.world_size, rate));
+            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f,)"
+            R"("step_ms":%.3f,"data_wait_ms":%.3f,"copy_ms":%.3f,"compute_ms":%.3f,"mem_allocated_gib":%.3f,)"
+            R"("mem_reserved_gib":%.3f,"mem_peak_gib":%.3f,"grad_scale":%.1f,"mfu":%.4f})",
+            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, rate * ctx_.world_size, rate,
+            1e3 * dt / std::max<int64_t>(micro_since, 1), per_step * wait_since, per_step * copy_s,
+            per_step * compute_s, mem.allocated_gib, mem.reserved_gib, mem.peak_gib, scale, mfu));
+        std::vector<std::pair<std::string, double>> tb = {
+            {"train/loss", loss}, {"train/lr", lr_}, {"perf/img_per_s", rate * ctx_.world_size},
+            {"perf/data_wait_ms", per_step * wait_since}, {"perf/compute_ms", per_step * compute_s}};
+        if (ctx_.device.is_cuda()) {
+          tb.push_back({"perf/copy_ms", per_step * copy_s});
+          tb.push_back({"memory/allocated_gib", mem.allocated_gib});
+          tb.push_back({"memory/peak_gib", mem.peak_gib});
+        }
+        if (scale > 0) tb.push_back({"train/grad_scale", scale});
+        if (mfu > 0) tb.push_back({"perf/mfu", mfu});
+        run_dir_->scalars(step_, tb);
+        ProgressState ps;
+        ps.epoch = epoch + 1;
+        ps.epochs = epochs;
+        ps.step = batch_in_epoch / cfg_.train.accum_steps;
+        ps.steps = steps_per_epoch;
+        ps.img_per_s = rate * ctx_.world_size;
+        ps.loss = loss;
+        const double done_steps = static_cast<double>(step_ - step_at_start);
+        const double total = cfg_.train.max_steps > 0 ? std::min<double>(cfg_.train.max_steps, epochs * steps_per_epoch)
+                                                      : static_cast<double>(epochs * steps_per_epoch);
+        ps.eta_s = done_steps > 0 ? seconds_since(t_run) / done_steps * (total - step_) : -1;
+        bar.update(ps);
         t_log = Clock::now();
-        images_since = 0;
+        images_since = micro_since = 0;
+        wait_since = 0;
       }
       if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0)
         save_checkpoint(epoch, batch_in_epoch);
       if (stop_agreed()) {  // preemption: save where we are and leave
+        bar.done();
+        profiler.finish();
         save_checkpoint(epoch, batch_in_epoch);
         log::warn("stop requested: checkpoint written at step ", step_, "; exiting");
         res.preempted = true;
@@ -506,9 +584,13 @@ FitResult Trainer::fit() {
     }
     synchronize(ctx_.device);
     const double epoch_s = seconds_since(t_epoch);
+    compute_epoch += timer.take_seconds();
     res.train_seconds += epoch_s;
     const double loss = take_train_loss();
     if (loss > 0) res.last_train_loss = loss;
+    // each rank estimated batch-norm statistics on its own samples: all take rank 0's, as DDP does, before
+    // evaluation and the checkpoint
+    if (ctx_.dist) ctx_.dist->broadcast_buffers(*model_);
     const bool last = done || epoch + 1 == epochs;
     const int64_t ei = cfg_.train.eval_interval;
     std::string eval_text;
@@ -520,6 +602,7 @@ FitResult Trainer::fit() {
             R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
             static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
             res.eval.top5, static_cast<long long>(res.eval.samples)));
+        run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
       }
     }
     if (cfg_.checkpoint.every_epoch || cfg_.checkpoint.every_steps > 0) {
@@ -528,18 +611,32 @@ FitResult Trainer::fit() {
     }
     const GpuMemory mem = gpu_memory(ctx_.device);
     const double wait_pct = epoch_s > 0 ? 100.0 * wait_s / epoch_s : 0.0;
+    const double copy_epoch = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
     log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s",
                         static_cast<long long>(epoch + 1), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct,
                         eval_text.c_str(),
                         ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
-    run_dir_->append_metrics(strprintf(R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"bad_samples":%lld})",
-                                       static_cast<long long>(epoch), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct,
-                                       static_cast<long long>(train_loader_->bad_samples())));
-    const std::string verdict = bottleneck_verdict(images_epoch, epoch_s, wait_s);
-    if (!verdict.empty()) log::warn(verdict);
+    run_dir_->append_metrics(strprintf(
+        R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"compute_s":%.3f,)"
+        R"("copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"bad_samples":%lld})",
+        static_cast<long long>(epoch), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct, compute_epoch,
+        copy_epoch, static_cast<long long>(drained_epoch), static_cast<long long>(micro_epoch),
+        static_cast<long long>(train_loader_->bad_samples())));
+    run_dir_->scalars(step_, {{"epoch/img_per_s", ctx_.world_size * images_epoch / epoch_s},
+                              {"epoch/data_wait_pct", wait_pct}});
+    EpochTimings et;
+    et.images = images_epoch;
+    et.steps = micro_epoch;
+    et.wall_s = epoch_s;
+    et.data_wait_s = wait_s;
+    et.copy_s = copy_epoch;
+    et.drained_steps = ctx_.device.is_cuda() ? drained_epoch : -1;
+    for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
     if (train_loader_->bad_samples() > 0)
       log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
   }
+  bar.done();
+  profiler.finish();
   res.steps = step_;
   res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
   if (res.skipped_steps > 0) log::warn(res.skipped_steps, " optimizer steps skipped for non-finite gradients");

@@ -32,10 +32,6 @@ struct RunContext {
   bool writer() const { return rank == 0; }
 };
 
-// A warning when an epoch spent >= 10% of its time waiting for data ("" otherwise), with both rates and what
-// to change.
-std::string bottleneck_verdict(int64_t images, double epoch_s, double wait_s);
-
 // The CPU image pipeline's options from a config (shared by training, eval and bench-data).
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
 

@@ -1,0 +1,37 @@
+#include "observe/verdict.h"
+
+#include <algorithm>
+
+#include "core/strings.h"
+
+namespace trainer {
+
+std::vector<std::string> bottleneck_verdicts(const EpochTimings& t) {
+  std::vector<std::string> out;
+  if (t.wall_s <= 0 || t.steps <= 0) return out;
+  const double compute_s = std::max(t.wall_s - t.data_wait_s, 1e-9);
+  if (t.data_wait_s >= 0.10 * t.wall_s) {
+    // the compute side could take images / (epoch - wait) per second; the pipeline delivered images / epoch
+    out.push_back(strprintf(
+        "input-bound: %.0f%% of the epoch waited for data; the pipeline delivered %.0f img/s, the model could "
+        "train %.0f img/s. Try more decode threads (data.workers), keep data.crop_decode and data.dct_scale on, "
+        "smaller stored images, or GPU decode.",
+        100.0 * t.data_wait_s / t.wall_s, t.images / t.wall_s, t.images / compute_s));
+  }
+  if (t.copy_s >= 0.90 * compute_s) {
+    out.push_back(strprintf(
+        "copy-bound: host-to-device copies took %.1f ms per batch against %.1f ms of compute; the copy stream "
+        "cannot hide them. Send uint8 (not float) batches, keep them pinned, or decode on the GPU.",
+        1e3 * t.copy_s / t.steps, 1e3 * compute_s / t.steps));
+  }
+  if (t.drained_steps >= 0 && t.drained_steps * 2 >= t.steps && t.data_wait_s < 0.10 * t.wall_s) {
+    out.push_back(strprintf(
+        "launch-bound: in %.0f%% of steps the GPU had finished all queued work before the host issued the next "
+        "one: host-side overhead sets the pace. Use a larger batch, channels_last, fewer small ops (fused "
+        "optimizer), or fewer log/eval syncs.",
+        100.0 * t.drained_steps / t.steps));
+  }
+  return out;
+}
+
+}  // namespace trainer

@@ -1,0 +1,25 @@
+// Where the step time went, and what to change: verdicts drawn from an epoch's timings.
+//   input-bound   the loop waited for batches >= 10% of the epoch
+//   copy-bound    host-to-device copies (GPU events on the copy stream) took >= 90% of the compute time, so the
+//                 side stream can no longer hide them
+//   launch-bound  the GPU had finished all queued work when the host came back for the next batch in >= 50% of
+//                 steps (a non-blocking event query at each step boundary): the host, not the GPU, sets the pace
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct EpochTimings {
+  int64_t images = 0;        // this rank
+  int64_t steps = 0;         // train steps (micro-batches) timed
+  double wall_s = 0;         // the epoch's wall time
+  double data_wait_s = 0;    // host time blocked on the input pipeline
+  double copy_s = -1;        // GPU time of host-to-device copies; < 0: not measured (CPU, GPU-resident data)
+  int64_t drained_steps = -1;  // steps at whose start the GPU was idle; < 0: not measured (CPU)
+};
+
+std::vector<std::string> bottleneck_verdicts(const EpochTimings& t);
+
+}  // namespace trainer

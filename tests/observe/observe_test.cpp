@@ -1,0 +1,138 @@
+// Observability pieces on their own: CRC-32C and the TensorBoard event file (read back by our reader and by
+// tensorboard's EventAccumulator), the progress bar's text and its silence off a terminal, and the bottleneck
+// verdicts on crafted timings.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/check.h"
+#include "core/fs.h"
+#include "core/strings.h"
+#include "observe/progress.h"
+#include "observe/tfevents.h"
+#include "observe/verdict.h"
+#include "test_support/test_support.h"
+
+namespace trainer {
+namespace {
+
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value
+  EXPECT_EQ(crc32c("", 0), 0u);
+  const std::string zeros(32, '\0');
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4
+}
+
+TEST(TensorBoard, EventFileRoundTripsThroughOurReaderAndTensorboard) {
+  test::TempDir dir;
+  std::string path;
+  {
+    EventWriter w(dir.path());
+    path = w.path();
+    for (int step = 1; step <= 5; ++step)
+      w.scalars(step * 10, {{"train/loss", 2.0 / step}, {"perf/img_per_s", 1000.0 * step}});
+  }
+  EXPECT_NE(path.find("events.out.tfevents."), std::string::npos);
+  const auto events = read_tfrecords(path);
+  ASSERT_EQ(events.size(), 6u);  // file_version + 5
+  EXPECT_NE(events[0].find("brain.Event:2"), std::string::npos);
+  EXPECT_NE(events[3].find("train/loss"), std::string::npos);
+
+  // a flipped byte is caught by the checksum
+  std::string bytes = fs::read_text(path);
+  bytes[bytes.size() - 7] ^= 0x40;
+  test::TempDir other;
+  fs::write_text_atomic(other.file("corrupt.tfevents"), bytes);
+  EXPECT_THROW(read_tfrecords(other.file("corrupt.tfevents")), Error);
+
+  // tensorboard itself reads the scalars back
+  const std::string script = dir.file("read.py");
+  fs::write_text_atomic(script, R"(import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1]); ea.Reload()
+for tag in sorted(ea.Tags()["scalars"]):
+    print(tag, " ".join(f"{e.step}:{e.value:.4f}" for e in ea.Scalars(tag)))
+)");
+  const auto r = test::run_command(test::python() + " " + test::shell_quote(script) + " " + test::shell_quote(dir.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("perf/img_per_s 10:1000.0000 20:2000.0000 30:3000.0000 40:4000.0000 50:5000.0000"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("train/loss 10:2.0000 20:1.0000 30:0.6667 40:0.5000 50:0.4000"), std::string::npos)
+      << r.output;
+}
+
+TEST(Progress, RendersTheBarWithinTheWidth) {
+  ProgressState s;
+  s.epoch = 3;
+  s.epochs = 30;
+  s.step = 50;
+  s.steps = 100;
+  s.img_per_s = 4512.4;
+  s.loss = 0.83456;
+  s.eta_s = 3725;
+  const std::string line = render_progress(s, 120);
+  EXPECT_EQ(line.rfind("epoch 3/30 [", 0), 0u) << line;
+  EXPECT_NE(line.find("50/100 | 4512 img/s | loss 0.8346 | ETA 1h02m"), std::string::npos) << line;
+  EXPECT_NE(line.find("####################...................."), std::string::npos) << line;  // half of 40
+  EXPECT_LE(line.size(), 120u);
+  EXPECT_LE(render_progress(s, 40).size(), 40u);
+  EXPECT_EQ(format_duration(42), "42s");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(-1), "?");
+}
+
+TEST(Progress, WritesNothingWhenNotATerminal) {
+  test::TempDir dir;
+  FILE* f = std::fopen(dir.file("out.txt").c_str(), "w");
+  ASSERT_TRUE(f);
+  {
+    ProgressBar bar(f);
+    EXPECT_FALSE(bar.active());
+    ProgressState s;
+    s.epochs = 1;
+    s.epoch = 1;
+    bar.update(s);
+    bar.clear();
+  }
+  std::fclose(f);
+  EXPECT_EQ(fs::read_text(dir.file("out.txt")), "");
+}
+
+TEST(Verdict, OnCraftedTimings) {
+  EpochTimings t;
+  t.images = 10000;
+  t.steps = 100;
+  t.wall_s = 10.0;
+  t.data_wait_s = 0.5;
+  t.copy_s = 1.0;
+  t.drained_steps = 3;
+  EXPECT_TRUE(bottleneck_verdicts(t).empty());  // 5% waiting, copies hidden, GPU always busy: compute-bound
+
+  t.data_wait_s = 5.0;  // half the epoch waiting for data
+  auto v = bottleneck_verdicts(t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("input-bound: 50%"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("delivered 1000 img/s"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("could train 2000 img/s"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("data.workers"), std::string::npos) << v[0];
+
+  t.data_wait_s = 0.0;
+  t.copy_s = 9.5;  // copies as long as the compute
+  v = bottleneck_verdicts(t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("copy-bound: host-to-device copies took 95.0 ms per batch against 100.0 ms"), std::string::npos)
+      << v[0];
+
+  t.copy_s = -1;  // not measured
+  t.drained_steps = 80;  // the GPU ran dry before 80% of the steps
+  v = bottleneck_verdicts(t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("launch-bound: in 80% of steps"), std::string::npos) << v[0];
+
+  t.drained_steps = -1;  // CPU: not measured, no verdict
+  EXPECT_TRUE(bottleneck_verdicts(t).empty());
+}
+
+}  // namespace
+}  // namespace trainer
