@@ -3,6 +3,7 @@
 #   bench  ResNet-50 bf16 bs 256 synthetic: 1 GPU, then N GPUs through `trainer launch`, torchrun --no-python and
 #          mpirun; overlap off; bf16 gradients; accumulation 4; PyTorch eager 1 GPU and DDP on N GPUs (torchrun)
 #   e2e    the same model from the ImageNet-like JPEGs on 1 and N GPUs
+#   overlap  a Chrome trace of two N-GPU training steps; how much of the NCCL kernel time ran alongside compute
 #   check  Fashion-MNIST: N x 256 against 1 x 256 with accumulation N (loss curves); kill one rank mid-run,
 #          then resume its checkpoint on one GPU
 # usage: scripts/offline/multi-gpu.sh PHASE OUTDIR [NGPU]
@@ -71,6 +72,15 @@ PY
     next_port; "$T" launch --nproc-per-node "$n" --master-port $port -- "${E[@]}" --set run.out_dir="$o/e2e_${n}gpu" \
       > "$o/e2e_${n}gpu.log" 2>&1
     grep -h "\[0\].*done in\|weights identical\|error" "$o/e2e_${n}gpu.log"
+    ;;
+  overlap)
+    next_port
+    "$T" launch --nproc-per-node "$n" --master-port $port -- --config configs/bench.yaml --set run.name=r \
+      --set run.out_dir="$o/overlap" --set data.synthetic_samples=16384 --set train.epochs=1 --set train.max_steps=24 \
+      --set train.eval_interval=0 --set data.eval_split= --set checkpoint.every_epoch=false --set run.log_interval=8 \
+      --profile 20:22 > "$o/overlap.log" 2>&1 || tail -20 "$o/overlap.log"
+    grep -h "\[0\].*step 16\|profiler\|identical" "$o/overlap.log"
+    python3 scripts/trace_overlap.py "$o/overlap/r/trace.json" | tee "$o/overlap.txt"
     ;;
   check)
     F=(--config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set train.epochs=4

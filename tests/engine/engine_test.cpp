@@ -87,7 +87,12 @@ class EngineParity : public test::FixtureSuite {
       const auto& ref = final_ref.at(kv.first);
       const double moved = (ref - init.at(kv.first)).abs().max().item<double>();
       const double diff = (kv.second - ref).abs().max().item<double>();
-      EXPECT_LE(diff, 1e-2 * moved + 1e-7) << opt << " " << kv.first << " moved " << moved;
+      // AdamW divides each element's step by its own gradient scale, so elements with near-zero gradients take
+      // sign-like steps that magnify the rounding differences of the CPU's conv kernels (oneDNN picks them by
+      // ISA): measured up to 2.9% of the movement on an AMD EPYC host, 1% elsewhere. A wrong bias correction or
+      // decay would be off by far more.
+      const double tol = opt == "adamw" ? 5e-2 : 1e-2;
+      EXPECT_LE(diff, tol * moved + 1e-7) << opt << " " << kv.first << " moved " << moved;
     }
   }
 };
