@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -78,6 +79,34 @@ TEST(Checkpoint, PruneKeepsNewest) {
   EXPECT_EQ(cd.list(), (std::vector<std::string>{cd.path_for(4), cd.path_for(5)}));
 }
 
+TEST(Checkpoint, BestKeepsTheTopKByMetric) {
+  test::TempDir dir;
+  auto s = sample_state();
+  BestCheckpoints top1(dir.file("best"), "top1", 2);
+  fs::make_dirs(dir.file("best"));
+  const std::vector<std::pair<double, int64_t>> evals = {{71.5, 10}, {80.25, 20}, {78.0, 30}, {90.0, 40}, {60.0, 50}};
+  for (const auto& [v, step] : evals) {
+    if (!top1.qualifies(v)) continue;
+    write_checkpoint(top1.path_for(v, step), s);
+    top1.prune();
+  }
+  const auto kept = top1.ranked();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_DOUBLE_EQ(kept[0].first, 90.0);
+  EXPECT_DOUBLE_EQ(kept[1].first, 80.25);
+  EXPECT_EQ(kept[0].second, top1.path_for(90.0, 40));
+  EXPECT_FALSE(top1.qualifies(79.0));
+  EXPECT_NO_THROW(read_checkpoint(kept[1].second));
+
+  BestCheckpoints loss(dir.file("best"), "loss", 1);  // lower is better; other metrics' files are ignored
+  write_checkpoint(loss.path_for(0.9, 1), s);
+  write_checkpoint(loss.path_for(0.4, 2), s);
+  loss.prune();
+  ASSERT_EQ(loss.ranked().size(), 1u);
+  EXPECT_DOUBLE_EQ(loss.ranked()[0].first, 0.4);
+  EXPECT_EQ(top1.ranked().size(), 2u);
+}
+
 // ---- real processes ----
 
 std::string run_args(const std::string& out) {
@@ -143,6 +172,57 @@ TEST(Resume, KilledRunResumesBitIdentically) {
   ASSERT_EQ(la.size(), 36u);
   std::set<std::string> sb(lb.begin(), lb.end());
   for (const auto& l : la) EXPECT_TRUE(sb.count(l)) << "missing or different after resume: " << l;
+}
+
+// checkpoint.keep_best: the best two evaluations of a run are kept in checkpoints/best/, apart from the rotation.
+TEST(Resume, KeepBestFollowsTheEvalMetric) {
+  test::TempDir dir;
+  const auto r = test::run_command(run_args(dir.path()) + " --set train.epochs=4 --set train.eval_interval=1" +
+                                   " --set checkpoint.keep_best=2 --set run.deterministic=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> top1;
+  for (const auto& line : split(fs::read_text(dir.file("default/metrics.jsonl")), '\n'))
+    if (line.find("\"kind\":\"eval\"") != std::string::npos) {
+      const size_t a = line.find("\"top1\":") + 7;
+      top1.push_back(std::stod(line.substr(a, line.find(',', a) - a)));
+    }
+  ASSERT_EQ(top1.size(), 4u);
+  std::sort(top1.rbegin(), top1.rend());
+  const auto kept = BestCheckpoints(dir.file("default/checkpoints/best"), "top1", 2).ranked();
+  ASSERT_EQ(kept.size(), 2u) << r.output;
+  EXPECT_NEAR(kept[0].first, top1[0], 1e-4);
+  EXPECT_NEAR(kept[1].first, top1[1], 1e-4);
+  for (const auto& k : kept) EXPECT_NO_THROW(read_checkpoint(k.second));
+}
+
+// A full disk, simulated by a file-size limit (writes past it fail with EFBIG, as with ENOSPC): the checkpoint
+// that cannot be written is reported with its path and the reason, no temporary file is left, and the checkpoint
+// written before stays valid. stop_on_error=false warns and trains on.
+TEST(Resume, DiskFullKeepsThePreviousCheckpoint) {
+  test::TempDir dir;
+  const auto first = test::run_command(run_args(dir.path()) + " --set train.epochs=1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  CheckpointDir cd(dir.file("default/checkpoints"));
+  const auto before = cd.list();
+  ASSERT_FALSE(before.empty());
+  const std::string limited = "trap '' XFSZ; ulimit -f 4096; exec ";  // 2-4 MB per file: logs fit, checkpoints not
+  const auto stop = test::run_command("sh -c " + test::shell_quote(limited + run_args(dir.path()) +
+                                                                   " --set train.epochs=2 --resume auto"));
+  EXPECT_EQ(stop.exit_code, 1) << stop.output;
+  EXPECT_NE(stop.output.find(".tmp: write failed"), std::string::npos) << stop.output;
+  EXPECT_EQ(cd.list(), before) << "a failed checkpoint changed the folder";
+  EXPECT_NO_THROW(read_checkpoint(cd.latest_valid()));
+  for (const auto& f : fs::list_dir(cd.dir())) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
+
+  const auto go_on = test::run_command("sh -c " + test::shell_quote(limited + run_args(dir.path()) +
+                                                                    " --set train.epochs=2 --resume auto" +
+                                                                    " --set checkpoint.stop_on_error=false"));
+  size_t warnings = 0;
+  for (size_t at = 0; (at = go_on.output.find("checkpoint failed, the previous one is kept", at)) != std::string::npos; ++at)
+    ++warnings;
+  EXPECT_GE(warnings, 2u) << go_on.output;  // it trained on past the first failure
+  EXPECT_NE(go_on.output.find("epoch 2 done"), std::string::npos) << go_on.output;
+  EXPECT_NO_THROW(read_checkpoint(cd.latest_valid()));
 }
 
 TEST(Resume, SigtermWritesCheckpointAndExitsThree) {

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/strings.h"
 #include "core/log.h"
 #include "models/safetensors.h"
 
@@ -111,6 +112,50 @@ std::string CheckpointDir::latest_valid() const {
 void CheckpointDir::prune(int64_t keep) const {
   auto all = list();
   for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) std::remove(all[i].c_str());
+}
+
+BestCheckpoints::BestCheckpoints(std::string dir, std::string metric, int64_t keep)
+    : dir_(std::move(dir)), metric_(std::move(metric)), keep_(keep) {}
+
+std::string BestCheckpoints::path_for(double value, int64_t step) const {
+  return fs::join_path(dir_, strprintf("best-%s-%011.6f-step-%010lld.safetensors", metric_.c_str(), value,
+                                       static_cast<long long>(step)));
+}
+
+std::vector<std::pair<double, std::string>> BestCheckpoints::ranked() const {
+  std::vector<std::pair<double, std::string>> out;
+  if (!fs::is_dir(dir_)) return out;
+  const std::string prefix = "best-" + metric_ + "-";
+  for (const auto& f : fs::list_dir(dir_)) {
+    if (f.rfind(prefix, 0) != 0 || f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
+    char* end = nullptr;
+    const double v = std::strtod(f.c_str() + prefix.size(), &end);
+    if (end == f.c_str() + prefix.size()) continue;
+    out.emplace_back(v, fs::join_path(dir_, f));
+  }
+  const bool hi = higher_is_better();
+  std::sort(out.begin(), out.end(), [hi](const auto& a, const auto& b) {
+    if (a.first != b.first) return hi ? a.first > b.first : a.first < b.first;
+    return a.second > b.second;  // ties: the later step first
+  });
+  return out;
+}
+
+bool BestCheckpoints::qualifies(double value) const {
+  const auto r = ranked();
+  if (static_cast<int64_t>(r.size()) < keep_) return true;
+  const double worst = r[static_cast<size_t>(keep_ - 1)].first;
+  return higher_is_better() ? value > worst : value < worst;
+}
+
+std::vector<std::string> BestCheckpoints::prune() const {
+  std::vector<std::string> kept;
+  const auto r = ranked();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (static_cast<int64_t>(i) < keep_) kept.push_back(r[i].second);
+    else std::remove(r[i].second.c_str());
+  }
+  return kept;
 }
 
 }  // namespace trainer

@@ -47,4 +47,23 @@ class CheckpointDir {
   std::string dir_;
 };
 
+// The best K checkpoints by an eval metric, in their own folder (`<checkpoints>/best/`), apart from the last-N
+// rotation: files are named best-<metric>-<value>-step-<step>.safetensors so the ranking needs no reading.
+class BestCheckpoints {
+ public:
+  BestCheckpoints(std::string dir, std::string metric, int64_t keep);
+  bool higher_is_better() const { return metric_ != "loss"; }
+  // Whether `value` would enter the best K now.
+  bool qualifies(double value) const;
+  std::string path_for(double value, int64_t step) const;
+  // Deletes all but the best K; returns the kept paths, best first.
+  std::vector<std::string> prune() const;
+  // Kept checkpoints with their metric, best first.
+  std::vector<std::pair<double, std::string>> ranked() const;
+
+ private:
+  std::string dir_, metric_;
+  int64_t keep_;
+};
+
 }  // namespace trainer

@@ -170,6 +170,10 @@ Schema fields_of(Config& c) {
   s.add_int("checkpoint.every_steps", &c.checkpoint.every_steps, "write every N optimizer steps, 0 = off", at_least(0));
   s.add_bool("checkpoint.every_epoch", &c.checkpoint.every_epoch, "write one at the end of each epoch");
   s.add_int("checkpoint.keep_last", &c.checkpoint.keep_last, "checkpoints kept, older ones deleted", at_least(1));
+  s.add_int("checkpoint.keep_best", &c.checkpoint.keep_best,
+            "also keep the best K checkpoints by eval metric in checkpoints/best/, 0 = off", at_least(0));
+  s.add_string("checkpoint.best_metric", &c.checkpoint.best_metric, "metric ranking keep_best",
+               {"top1", "top5", "loss"});
   s.add_string("checkpoint.resume", &c.checkpoint.resume,
                "empty = start fresh; auto = newest valid checkpoint of the run; or a checkpoint path");
   s.add_bool("checkpoint.stop_on_error", &c.checkpoint.stop_on_error,

@@ -98,6 +98,8 @@ struct CheckpointConfig {
   int64_t every_steps = 0;            // write a checkpoint every N optimizer steps, 0 = off
   bool every_epoch = true;            // write one at the end of each epoch
   int64_t keep_last = 3;              // checkpoints kept (older ones deleted)
+  int64_t keep_best = 0;              // also keep the best K by eval metric in checkpoints/best/ (0 = off)
+  std::string best_metric = "top1";   // top1 | top5 (higher is better) | loss (lower is better)
   std::string resume;                 // "" = start fresh, auto = newest valid in the run folder, or a path
   bool stop_on_error = true;          // a checkpoint that fails to write stops the run (else warn, go on)
 };

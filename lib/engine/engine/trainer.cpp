@@ -426,6 +426,24 @@ void Trainer::save_checkpoint(int64_t epoch, int64_t batch) {
   }
 }
 
+void Trainer::save_best(int64_t epoch, int64_t batch, const EvalResult& e) {
+  if (!ctx_.writer()) return;
+  const std::string& m = cfg_.checkpoint.best_metric;
+  const double value = m == "top1" ? e.top1 : m == "top5" ? e.top5 : e.loss;
+  BestCheckpoints best(run_dir_->file("checkpoints/best"), m, cfg_.checkpoint.keep_best);
+  if (!best.qualifies(value)) return;
+  const std::string path = best.path_for(value, step_);
+  try {
+    fs::make_dirs(fs::parent_path(path));
+    write_checkpoint(path, capture_state(epoch, batch));
+    best.prune();
+    log::info("best checkpoint (", m, " ", value, "): ", path);
+  } catch (const Error& err) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    log::warn("best checkpoint failed, the previous ones are kept: ", err.what());
+  }
+}
+
 void Trainer::resume_if_asked() {
   const std::string& r = cfg_.checkpoint.resume;
   if (r.empty()) return;
@@ -603,6 +621,7 @@ FitResult Trainer::fit() {
             static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
             res.eval.top5, static_cast<long long>(res.eval.samples)));
         run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
+        if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);
       }
     }
     if (cfg_.checkpoint.every_epoch || cfg_.checkpoint.every_steps > 0) {

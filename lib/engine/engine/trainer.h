@@ -79,6 +79,7 @@ class Trainer {
   void build_data();
   void build_image_data(const DataDefaults& defaults);
   void save_checkpoint(int64_t epoch, int64_t batch);
+  void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
   void resume_if_asked();
   void check_nonfinite_run();  // reads the device counter: call at log points only
   // Whether to stop for a signal, agreed by all ranks at the same step (a collective on a deterministic step).
