@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -71,9 +72,18 @@ CheckpointState read_checkpoint(const std::string& path) {
   TRAINER_CHECK(want == got, path, ": checksum mismatch (stored ", want, ", computed ", got, "): corrupt file");
   CheckpointState s;
   s.tensors = std::move(st.tensors);
-  s.epoch = std::stoll(get("epoch"));
-  s.batch = std::stoll(get("batch"));
-  s.step = std::stoll(get("step"));
+  auto count = [&](const std::string& k) -> int64_t {
+    const std::string v = get(k);
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    TRAINER_CHECK(!v.empty() && *end == '\0' && errno == 0 && n >= 0, path, ": metadata '", k,
+                  "' is not a count: '", v, "'");
+    return n;
+  };
+  s.epoch = count("epoch");
+  s.batch = count("batch");
+  s.step = count("step");
   s.config_yaml = get("config");
   for (auto& kv : st.metadata)
     if (kv.first != "magic" && kv.first != "version" && kv.first != "epoch" && kv.first != "batch" &&
