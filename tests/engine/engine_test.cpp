@@ -249,13 +249,10 @@ TEST(FashionMnist, ShortCpuRunLearns) {
                                     "optim.name=adamw", "optim.lr=0.002", "optim.weight_decay=0.05",
                                     "optim.warmup_epochs=0.2", "run.log_interval=1000",
                                     "data.mean=[0.286]", "data.std=[0.353]"});
-  const auto t0 = std::chrono::steady_clock::now();
   Trainer t(c, RunContext{torch::kCPU});
   const FitResult r = t.fit();
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.eval.samples, 1000);
   EXPECT_GE(r.eval.top1, 70.0) << "top-1 after 2 short epochs (measured here: 74.7%; chance is 10%)";
-  EXPECT_LT(sec, 420.0);
   EXPECT_TRUE(fs::exists(dir.file("default/model.safetensors")));
   EXPECT_TRUE(fs::exists(dir.file("default/config.yaml")));
   const std::string metrics = fs::read_text(dir.file("default/metrics.jsonl"));
