@@ -190,6 +190,10 @@ TEST(Resume, KeepBestFollowsTheEvalMetric) {
   std::sort(top1.rbegin(), top1.rend());
   const auto kept = BestCheckpoints(dir.file("default/checkpoints/best"), "top1", 2).ranked();
   ASSERT_EQ(kept.size(), 2u) << r.output;
+  const CheckpointState best = read_checkpoint(kept[0].second);  // what produced it travels with it
+  EXPECT_FALSE(best.extra.at("trainer_version").empty());
+  EXPECT_TRUE(best.extra.count("git_sha"));
+  EXPECT_NE(best.config_yaml.find("keep_best: 2"), std::string::npos);
   EXPECT_NEAR(kept[0].first, top1[0], 1e-4);
   EXPECT_NEAR(kept[1].first, top1[1], 1e-4);
   for (const auto& k : kept) EXPECT_NO_THROW(read_checkpoint(k.second));

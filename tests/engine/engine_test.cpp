@@ -339,6 +339,17 @@ TEST(Observability, BenchJsonSchema) {
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["world_size"], 1);
   EXPECT_EQ(j["config_fnv1a64"].get<std::string>().size(), 16u);
+  EXPECT_EQ(j["workload"]["data"], "synthetic, resident on the device");
+  EXPECT_NE(r.output.find("img/s per GPU"), std::string::npos) << r.output;  // the printed table
+
+  // end to end: batches from the configured loader (3 epochs of 8 batches: the bench wraps epochs)
+  const auto p = test::run_command(test::shell_quote(test::trainer_binary()) + " bench" + tiny_run_args(dir.path()) +
+                                   " --set bench.data=pipeline --set bench.warmup_steps=2 --set bench.steps=20 --out " +
+                                   test::shell_quote(dir.file("p.json")));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const auto jp = nlohmann::json::parse(fs::read_text(dir.file("p.json")));
+  EXPECT_EQ(jp["workload"]["data"].get<std::string>().rfind("pipeline: synthetic", 0), 0u) << jp.dump();
+  EXPECT_GT(jp["img_per_s"].get<double>(), 0.0);
 }
 
 }  // namespace

@@ -187,9 +187,13 @@ Schema fields_of(Config& c) {
   s.add_string("dist.grad_compression", &c.dist.grad_compression, "gradients in flight", {"none", "bf16"});
   s.add_bool("dist.sync_bn", &c.dist.sync_bn, "batch norm statistics computed over all ranks");
 
-  s.section_docs["bench"] = "`trainer bench`: timed steps on synthetic data";
+  s.section_docs["bench"] = "`trainer bench`: timed training steps";
   s.add_int("bench.warmup_steps", &c.bench.warmup_steps, "untimed steps first", at_least(0));
   s.add_int("bench.steps", &c.bench.steps, "timed steps", at_least(1));
+  s.add_string("bench.data", &c.bench.data,
+               "synthetic = one batch resident on the device (compute only); pipeline = batches from data.* "
+               "(end to end; `bench-data` times the pipeline alone)",
+               {"synthetic", "pipeline"});
   return s;
 }
 

@@ -115,6 +115,7 @@ struct DistConfig {
 struct BenchConfig {
   int64_t warmup_steps = 20;          // steps run before timing starts
   int64_t steps = 100;                // timed steps
+  std::string data = "synthetic";     // synthetic: one batch resident on the GPU | pipeline: the configured loader
 };
 
 struct Config {

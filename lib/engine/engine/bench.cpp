@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -29,19 +30,30 @@ std::string fnv1a_hex(const std::string& text) {
 
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
-  Trainer t(cfg, ctx, /*with_data=*/false);
+  const bool pipeline = cfg.bench.data == "pipeline";
+  Trainer t(cfg, ctx, /*with_data=*/pipeline);
   const int64_t B = cfg.data.batch_size, S = cfg.data.image_size, C = cfg.model.in_chans;
   auto gen_opts = torch::TensorOptions().device(ctx.device);
   torch::manual_seed(cfg.run.seed);
   Batch batch;
-  batch.images = torch::randn({B, C, S, S}, gen_opts.dtype(torch::kFloat32));
-  if (ctx.device.is_cuda() && cfg.model.channels_last)
-    batch.images = batch.images.contiguous(torch::MemoryFormat::ChannelsLast);
-  batch.labels = torch::randint(cfg.model.num_classes, {B}, gen_opts.dtype(torch::kInt64));
+  if (!pipeline) {
+    batch.images = torch::randn({B, C, S, S}, gen_opts.dtype(torch::kFloat32));
+    if (ctx.device.is_cuda() && cfg.model.channels_last)
+      batch.images = batch.images.contiguous(torch::MemoryFormat::ChannelsLast);
+    batch.labels = torch::randint(cfg.model.num_classes, {B}, gen_opts.dtype(torch::kInt64));
+  }
+  // pipeline: batches from the configured loader, epoch after epoch; the wait for them is part of the step
+  int64_t epoch = 0;
+  if (pipeline) t.train_loader().set_epoch(epoch);
+  auto next_batch = [&]() -> const Batch& {
+    if (!pipeline) return batch;
+    while (!t.train_loader().next(batch)) t.train_loader().set_epoch(++epoch);
+    return batch;
+  };
 
   const int64_t k = cfg.train.accum_steps;
   auto run_steps = [&](int64_t n) {
-    for (int64_t i = 0; i < n * k; ++i) t.train_step(batch);
+    for (int64_t i = 0; i < n * k; ++i) t.train_step(next_batch());
   };
   run_steps(cfg.bench.warmup_steps);
   synchronize(ctx.device);
@@ -73,7 +85,9 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["workload"] = {{"model", cfg.model.name},          {"batch_size", B},
                    {"image_size", S},                   {"precision", precision_name(t.precision())},
                    {"channels_last", cfg.model.channels_last}, {"optimizer", cfg.optim.name},
-                   {"accum_steps", k},                  {"data", "synthetic, resident on the device"}};
+                   {"accum_steps", k},
+                   {"data", pipeline ? "pipeline: " + cfg.data.source + " " + cfg.data.root + "/" + cfg.data.train_split
+                                     : std::string("synthetic, resident on the device")}};
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
   j["img_per_s"] = r.img_per_s;
@@ -100,6 +114,13 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
 
+  if (ctx.writer()) {
+    std::fprintf(stderr, "%-22s %s\n%-22s %lld x %lld px, %s, %s\n%-22s %.1f\n%-22s %.1f (x %d)\n%-22s %.2f\n%-22s %.2f\n%-22s %.1f%%\n",
+                 "model", cfg.model.name.c_str(), "batch", static_cast<long long>(B), static_cast<long long>(S),
+                 precision_name(t.precision()), pipeline ? "data from the pipeline" : "synthetic data on the device",
+                 "img/s", r.img_per_s, "img/s per GPU", per_rank, ctx.world_size, "ms/step", r.step_ms,
+                 "peak memory GiB", r.peak_mem_gib, "MFU", 100 * r.mfu);
+  }
   log::info(strprintf("bench %s bs %lld %lldpx %s x %d rank(s): %.1f img/s (%.1f per GPU), %.2f ms/step, peak %.2f "
                       "GiB, MFU %.1f%%",
                       cfg.model.name.c_str(), static_cast<long long>(B), static_cast<long long>(S),

@@ -349,6 +349,9 @@ CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
   s.batch = batch;
   s.step = step_;
   s.config_yaml = config_to_yaml(cfg_);
+  static const EnvInfo env = query_env();
+  s.extra["trainer_version"] = env.trainer_version;
+  s.extra["git_sha"] = env.git_sha;
   for (auto& kv : state_dict(*model_)) s.tensors.emplace_back("model." + kv.first, kv.second);
   for (auto& kv : optimizer_->state()) s.tensors.emplace_back("optim." + kv.first, kv.second);
   s.tensors.emplace_back("scaler.scale", scaler_->scale_tensor());
