@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session on the GPU host, in phases so each fits a call:
 #   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
+#   obs (the JPEG run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -48,6 +49,30 @@ case "$phase" in
   e2e)
     $T --config configs/imagenet_like.yaml --set run.out_dir="$out/runs" 2>&1 | tee "$out/e2e.log" \
       | grep -E "done in|trained|error|warn"
+    ;;
+  obs)
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    $T --config configs/imagenet_like.yaml --set run.out_dir="$out/obs" --set train.epochs=3 --set run.log_interval=5 \
+      --profile 30:32 > "$out/obs.log" 2>&1 || tail -20 "$out/obs.log"
+    grep -E "step (10|40) |done in|bound|profiler" "$out/obs.log"
+    python3 - "$out/obs/imagenet_like/trace.json" <<'PY'
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tot = collections.Counter()
+for e in ev:
+    if e.get("ph") == "X" and e.get("name") in ("data", "forward", "backward", "optimizer", "all-reduce"):
+        tot[e["name"]] += e["dur"]
+kern = sum(e["dur"] for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel")
+print("trace, host ms per range over 2 steps:", {k: round(v / 1e3, 2) for k, v in tot.items()},
+      "| GPU kernel ms:", round(kern / 1e3, 2))
+PY
+    mkdir -p "$out/bench"
+    $T bench --config configs/imagenet_like.yaml --set bench.data=pipeline --set bench.warmup_steps=10 \
+      --set bench.steps=45 --out "$out/bench/resnet50_bf16_pipeline_trainer.json" 2>&1 | grep "bench resnet50"
+    $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_synthetic12_trainer.json" 2>&1 | grep "bench resnet50"
+    NO_COMPILE=1 scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \
