@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -350,6 +351,61 @@ TEST(Observability, BenchJsonSchema) {
   const auto jp = nlohmann::json::parse(fs::read_text(dir.file("p.json")));
   EXPECT_EQ(jp["workload"]["data"].get<std::string>().rfind("pipeline: synthetic", 0), 0u) << jp.dump();
   EXPECT_GT(jp["img_per_s"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+// train.ema_decay: after each optimizer step ema = d * ema + (1 - d) * weights, for parameters and float buffers;
+// a run evaluates it beside the model, saves model_ema.safetensors, and checkpoints carry it.
+TEST(Ema, FollowsTheWeightsAndIsEvaluatedSavedAndCheckpointed) {
+  Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "data.image_size=28",
+                                    "train.ema_decay=0.75", "train.precision=fp32", "optim.warmup_epochs=0"});
+  Trainer t(c, RunContext{torch::kCPU}, /*with_data=*/false);
+  ASSERT_FALSE(t.ema().empty());
+  std::vector<torch::Tensor> w0;
+  for (const auto& e : t.ema()) w0.push_back(e.clone());
+  torch::manual_seed(1);
+  Batch b;
+  b.images = torch::randn({8, 1, 28, 28});
+  b.labels = torch::randint(10, {8});
+  ASSERT_TRUE(t.train_step(b));
+  std::map<std::string, torch::Tensor> now;
+  for (const auto& kv : t.model()->named_parameters()) now[kv.key()] = kv.value().detach();
+  for (const auto& kv : t.model()->named_buffers()) now[kv.key()] = kv.value().detach();
+  bool some_moved = false;
+  for (size_t i = 0; i < t.ema().size(); ++i) {
+    const auto& w1 = now.at(t.ema_names()[i]);
+    const auto want = 0.75 * w0[i] + 0.25 * w1;
+    EXPECT_TRUE(torch::allclose(t.ema()[i], want, 1e-6, 1e-7)) << t.ema_names()[i];
+    some_moved = some_moved || !torch::equal(w0[i], w1);
+  }
+  EXPECT_TRUE(some_moved);
+  // the checkpoint carries it, and a restore puts it back
+  const CheckpointState s = t.capture_state(0, 1);
+  bool found = false;
+  for (const auto& kv : s.tensors) found = found || kv.first == "ema." + t.ema_names()[0];
+  EXPECT_TRUE(found);
+  Trainer u(c, RunContext{torch::kCPU}, /*with_data=*/false);
+  u.restore_state(s);
+  for (size_t i = 0; i < u.ema().size(); ++i) EXPECT_TRUE(torch::equal(u.ema()[i], t.ema()[i])) << u.ema_names()[i];
+
+  test::TempDir dir;
+  const auto r = test::run_command(test::shell_quote(test::trainer_binary()) + tiny_run_args(dir.path()) +
+                                   " --set train.ema_decay=0.9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| EMA top1 "), std::string::npos) << r.output;
+  EXPECT_NE(fs::read_text(dir.file("default/metrics.jsonl")).find("\"kind\":\"eval_ema\""), std::string::npos);
+  const auto ema = read_safetensors(dir.file("default/model_ema.safetensors"));
+  const auto last = read_safetensors(dir.file("default/model.safetensors"));
+  ASSERT_EQ(ema.tensors.size(), last.tensors.size());
+  bool differs = false;
+  for (size_t i = 0; i < ema.tensors.size(); ++i)
+    differs = differs || !torch::equal(ema.tensors[i].second, last.tensors[i].second);
+  EXPECT_TRUE(differs) << "model_ema.safetensors holds the trained weights, not their average";
 }
 
 }  // namespace

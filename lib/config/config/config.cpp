@@ -163,6 +163,10 @@ Schema fields_of(Config& c) {
   s.add_int("train.eval_interval", &c.train.eval_interval, "evaluate every N epochs (and at the end), 0 = end only",
             at_least(0));
   s.add_bool("train.cudnn_benchmark", &c.train.cudnn_benchmark, "autotune convolutions for fixed shapes");
+  s.add_float("train.ema_decay", &c.train.ema_decay,
+              "exponential moving average of the weights per optimizer step (e.g. 0.9998), evaluated alongside and "
+              "saved as model_ema.safetensors; 0 = off",
+              half_open(0, 1));
   s.add_int("train.max_nonfinite_steps", &c.train.max_nonfinite_steps,
             "bf16/fp32: stop after this many consecutive steps with non-finite gradients, 0 = never", at_least(0));
 

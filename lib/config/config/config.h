@@ -91,6 +91,7 @@ struct TrainConfig {
   double label_smoothing = 0.1;       // cross-entropy label smoothing
   int64_t eval_interval = 5;          // evaluate every N epochs (and at the end), 0 = only at the end
   bool cudnn_benchmark = true;        // autotune convolutions (off in deterministic mode)
+  double ema_decay = 0.0;             // EMA of the weights (evaluated alongside, saved as model_ema), 0 = off
   int64_t max_nonfinite_steps = 20;   // bf16/fp32: stop after this many consecutive non-finite steps, 0 = never
 };
 

@@ -54,6 +54,19 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   model_->to(ctx_.device);
   if (ctx_.device.is_cuda() && cfg.model.channels_last) to_channels_last(*model_);
   if (ctx_.dist) ctx_.dist->broadcast_module(*model_);  // every rank starts from rank 0's weights
+  if (cfg.train.ema_decay > 0) {
+    torch::NoGradGuard ng;
+    for (const auto& kv : model_->named_parameters()) {
+      ema_names_.push_back(kv.key());
+      ema_src_.push_back(kv.value());
+    }
+    for (const auto& kv : model_->named_buffers())
+      if (kv.value().is_floating_point()) {
+        ema_names_.push_back(kv.key());
+        ema_src_.push_back(kv.value());
+      }
+    for (const auto& t : ema_src_) ema_.push_back(t.detach().clone());
+  }
   if (ctx_.dist && cfg.dist.sync_bn) {
     DistContext* d = ctx_.dist;
     const int n = enable_sync_batchnorm(*model_, [d](torch::Tensor& t) { d->all_reduce_sum(t); });
@@ -256,6 +269,10 @@ bool Trainer::train_step(const Batch& batch) {
   consecutive_.mul_(scaler_->found_inf().squeeze()).add_(scaler_->found_inf().squeeze());  // 0 after a good step
   scaler_->update();
   optimizer_->zero_grad();
+  if (!ema_.empty()) {
+    torch::NoGradGuard ng;
+    at::_foreach_lerp_(ema_, ema_src_, 1.0 - cfg_.train.ema_decay);  // ema = d * ema + (1 - d) * weights
+  }
   ++step_;
   return true;
 }
@@ -266,6 +283,27 @@ double Trainer::take_train_loss() {
   loss_sum_.zero_();
   loss_count_.zero_();
   return v;
+}
+
+template <class F> void Trainer::with_ema_weights(F&& f) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> trained;
+  for (auto& t : ema_src_) trained.push_back(t.detach().clone());
+  for (size_t i = 0; i < ema_.size(); ++i) ema_src_[i].detach().copy_(ema_[i]);
+  try {
+    f();
+  } catch (...) {
+    for (size_t i = 0; i < ema_.size(); ++i) ema_src_[i].detach().copy_(trained[i]);
+    throw;
+  }
+  for (size_t i = 0; i < ema_.size(); ++i) ema_src_[i].detach().copy_(trained[i]);
+}
+
+EvalResult Trainer::evaluate_ema() {
+  EvalResult r;
+  if (ema_.empty()) return r;
+  with_ema_weights([&] { r = evaluate(); });
+  return r;
 }
 
 EvalResult Trainer::evaluate() {
@@ -354,6 +392,7 @@ CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
   s.extra["git_sha"] = env.git_sha;
   for (auto& kv : state_dict(*model_)) s.tensors.emplace_back("model." + kv.first, kv.second);
   for (auto& kv : optimizer_->state()) s.tensors.emplace_back("optim." + kv.first, kv.second);
+  for (size_t i = 0; i < ema_.size(); ++i) s.tensors.emplace_back("ema." + ema_names_[i], ema_[i]);
   s.tensors.emplace_back("scaler.scale", scaler_->scale_tensor());
   s.tensors.emplace_back("scaler.growth_tracker", scaler_->growth_tracker());
   s.tensors.emplace_back("train.skipped", skipped_);
@@ -375,6 +414,19 @@ void Trainer::restore_state(const CheckpointState& s) {
     else rest[kv.first] = kv.second;
   }
   load_state_dict(*model_, std::move(model), LoadMode::strict, "checkpoint");
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < ema_.size(); ++i) {
+      auto it = rest.find("ema." + ema_names_[i]);
+      if (it == rest.end()) {  // a checkpoint from a run without EMA: start the average here
+        ema_[i].copy_(ema_src_[i]);
+        continue;
+      }
+      TRAINER_CHECK(it->second.sizes() == ema_[i].sizes(), "checkpoint: ema.", ema_names_[i], " has shape ",
+                    it->second.sizes(), ", the model ", ema_[i].sizes());
+      ema_[i].copy_(it->second);
+    }
+  }
   optimizer_->load_state(optim);
   TRAINER_CHECK(rest.count("scaler.scale") && rest.count("scaler.growth_tracker") && rest.count("rng.cpu"),
                 "checkpoint lacks scaler or RNG state");
@@ -624,6 +676,15 @@ FitResult Trainer::fit() {
             static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
             res.eval.top5, static_cast<long long>(res.eval.samples)));
         run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
+        if (!ema_.empty()) {
+          const EvalResult e = evaluate_ema();
+          eval_text += strprintf(" | EMA top1 %.2f%%", e.top1);
+          run_dir_->append_metrics(strprintf(
+              R"({"kind":"eval_ema","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
+              static_cast<long long>(step_), static_cast<long long>(epoch), e.loss, e.top1, e.top5,
+              static_cast<long long>(e.samples)));
+          run_dir_->scalars(step_, {{"eval_ema/loss", e.loss}, {"eval_ema/top1", e.top1}});
+        }
         if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);
       }
     }
@@ -666,6 +727,12 @@ FitResult Trainer::fit() {
   if (ctx_.writer()) {
     save_weights(*model_, run_dir_->file("model.safetensors"),
                  {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
+    if (!ema_.empty())
+      with_ema_weights([&] {
+        save_weights(*model_, run_dir_->file("model_ema.safetensors"),
+                     {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)},
+                      {"ema_decay", strprintf("%g", cfg_.train.ema_decay)}});
+      });
   }
   log::info(strprintf("trained %lld steps in %.1f s", static_cast<long long>(step_), res.train_seconds),
             res.eval.samples ? strprintf("; final eval top1 %.2f%% on %lld images", res.eval.top1,

@@ -74,6 +74,11 @@ class Trainer {
   int64_t steps() const { return step_; }
   const Config& config() const { return cfg_; }
   Precision precision() const { return precision_; }
+  // train.ema_decay: the averaged parameters and floating buffers, in the order of ema_names().
+  const std::vector<torch::Tensor>& ema() const { return ema_; }
+  const std::vector<std::string>& ema_names() const { return ema_names_; }
+  // Evaluates the EMA weights (swapped into the model for the pass). Empty result when EMA is off.
+  EvalResult evaluate_ema();
 
  private:
   void build_data();
@@ -104,6 +109,10 @@ class Trainer {
   torch::Tensor loss_count_;     // device: micro-batches since last read
   torch::Tensor skipped_;        // device: steps skipped for non-finite grads
   torch::Tensor consecutive_;    // device: current run of consecutive skipped steps
+  std::vector<torch::Tensor> ema_, ema_src_;  // EMA copies and the model tensors they follow
+  std::vector<std::string> ema_names_;
+  // Runs f with the EMA weights in the model, then puts the trained weights back.
+  template <class F> void with_ema_weights(F&& f);
 };
 
 }  // namespace trainer
