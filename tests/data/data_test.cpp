@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
@@ -377,6 +378,58 @@ TEST(Idx, ReadsRawAndGzippedAndRejectsBadFiles) {
   test::write_file(dir.file("bad"), "PK\x03\x04 not idx");
   EXPECT_THROW(read_idx(dir.file("bad")), Error);
   EXPECT_THROW(load_idx_split(dir.path(), "missing"), Error);
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+std::string cifar_record(int coarse, int label, int seed, bool hundred) {
+  std::string r;
+  if (hundred) r.push_back(static_cast<char>(coarse));
+  r.push_back(static_cast<char>(label));
+  for (int c = 0; c < 3; ++c)
+    for (int p = 0; p < 1024; ++p) r.push_back(static_cast<char>((seed + c * 100 + p) & 0xFF));
+  return r;
+}
+
+TEST(Cifar, PlanarRecordsBecomeHwcImagesWithLabels) {
+  const std::string ten = cifar_record(0, 3, 0, false) + cifar_record(0, 9, 7, false);
+  const auto d = parse_cifar(reinterpret_cast<const uint8_t*>(ten.data()), ten.size(), 1, "t.bin");
+  ASSERT_EQ(d.images.sizes(), (std::vector<int64_t>{2, 32, 32, 3}));
+  EXPECT_EQ(d.labels[0].item<int64_t>(), 3);
+  EXPECT_EQ(d.labels[1].item<int64_t>(), 9);
+  EXPECT_EQ(d.num_classes, 10);
+  // pixel (row 1, col 2) of image 1: planar index 34; channel c holds (7 + c*100 + 34) & 255
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(d.images[1][1][2][c].item<int>(), (7 + c * 100 + 34) & 0xFF);
+
+  const std::string hundred = cifar_record(11, 87, 1, true);
+  const auto h = parse_cifar(reinterpret_cast<const uint8_t*>(hundred.data()), hundred.size(), 2, "h.bin");
+  EXPECT_EQ(h.labels[0].item<int64_t>(), 87);  // the fine label
+  EXPECT_EQ(h.num_classes, 100);
+
+  try {
+    parse_cifar(reinterpret_cast<const uint8_t*>(ten.data()), ten.size() - 5, 1, "cut.bin");
+    FAIL() << "a truncated file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.bin: 6141 bytes is not a whole number of 3073-byte"), std::string::npos)
+        << e.what();
+  }
+  const std::string bad = cifar_record(0, 12, 0, false);
+  EXPECT_THROW(parse_cifar(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), 1, "b.bin"), Error);
+
+  test::TempDir dir;
+  fs::write_text_atomic(dir.file("test_batch.bin"), ten);
+  const auto split = load_cifar_split(dir.path(), "cifar10", "test");
+  EXPECT_EQ(split.images.size(0), 2);
+  try {
+    load_cifar_split(dir.path(), "cifar10", "train");
+    FAIL() << "missing batches accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_batch_1.bin missing"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

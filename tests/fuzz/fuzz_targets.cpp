@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "core/check.h"
 #include "core/fs.h"
+#include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/image_ops.h"
@@ -147,6 +148,19 @@ std::vector<std::string> seeds_idx() {
   return {images, labels};
 }
 
+void run_cifar(const uint8_t* d, size_t n) {
+  try {
+    parse_cifar(d, n, 1, "fuzz.bin");
+    parse_cifar(d, n, 2, "fuzz.bin");
+  } catch (const Error&) {
+  }
+}
+std::vector<std::string> seeds_cifar() {
+  std::string rec(1 + 3072, '\x40');
+  rec[0] = 7;
+  return {rec + rec};
+}
+
 void run_safetensors(const uint8_t* d, size_t n) {
   try {
     parse_safetensors(d, n, "fuzz.safetensors");
@@ -226,6 +240,7 @@ const std::vector<Target>& targets() {
       {"jpeg", run_jpeg, seeds_jpeg},
       {"png", run_png, seeds_png},
       {"idx", run_idx, seeds_idx},
+      {"cifar", run_cifar, seeds_cifar},
       {"safetensors", run_safetensors, seeds_safetensors},
       {"checkpoint", run_checkpoint, seeds_checkpoint},
       {"tfrecord", run_tfrecord, seeds_tfrecord},

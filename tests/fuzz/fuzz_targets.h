@@ -1,4 +1,4 @@
-// Fuzz targets for every reader of untrusted bytes: JPEG and PNG decode, IDX (and gzip), safetensors,
+// Fuzz targets for every reader of untrusted bytes: JPEG and PNG decode, IDX (and gzip), CIFAR, safetensors,
 // checkpoints, TensorBoard records, list files and the YAML config. Each takes one input; a clear trainer::Error is the
 // expected answer to bad bytes, anything else (a crash, another exception, a hang, a huge allocation) is a finding.
 // The same targets build two ways: with clang's libFuzzer (scripts/fuzz.sh, -fsanitize=fuzzer,address) and

@@ -37,9 +37,9 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "idx";         // synthetic | idx | image_folder | list
+  std::string source = "idx";         // synthetic | idx | cifar10 | cifar100 | image_folder | list
   std::string root = "/usr/share/datasets/fashion-mnist";  // dataset folder
-  std::string train_split = "train";  // idx: file prefix; image_folder: sub-folder; list: list file
+  std::string train_split = "train";  // idx: file prefix; cifar: train|test; image_folder: sub-folder; list: list file
   std::string eval_split = "t10k";    // the same for evaluation ("" = no eval)
   int64_t image_size = 28;            // side of the model input, pixels
   int64_t batch_size = 512;           // per-process batch

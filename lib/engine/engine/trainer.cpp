@@ -19,6 +19,7 @@
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
 #include "dist/process_group.h"
+#include "data/cifar.h"
 #include "dist/reducer.h"
 #include "models/batchnorm.h"
 #include "observe/progress.h"
@@ -116,6 +117,12 @@ void Trainer::build_data() {
     train = load_idx_split(d.root, d.train_split);
     if (!d.eval_split.empty()) {
       eval = load_idx_split(d.root, d.eval_split);
+      have_eval = true;
+    }
+  } else if (d.source == "cifar10" || d.source == "cifar100") {
+    train = load_cifar_split(d.root, d.source, d.train_split);
+    if (!d.eval_split.empty()) {
+      eval = load_cifar_split(d.root, d.source, d.eval_split);
       have_eval = true;
     }
   } else if (d.source == "synthetic") {
