@@ -241,19 +241,20 @@ TEST(Schedule, WarmupThenCosineStepMultistepPoly) {
 }
 
 TEST(FashionMnist, ShortCpuRunLearns) {
-  // Real data, bounded time: 4,000 training images, 2 epochs, ResNet-18 small stem on 2 CPU cores.
+  // Real data, bounded time: 4,000 training images, 2 epochs, ResNet-18 with the ImageNet stem (28 px -> 7 px
+  // after the stem: the small stem costs 10x more on 2 CPU cores, too slow beside the other tests in CI).
   const std::string root = "/usr/share/datasets/fashion-mnist";
   ASSERT_TRUE(fs::exists(root)) << root << " missing: scripts/setup.sh installs dataset-fashion-mnist";
   test::TempDir dir;
   Config c = config_from_overrides({"run.device=cpu", "run.out_dir=" + dir.path(), "data.train_limit=4000",
-                                    "data.eval_limit=1000", "data.batch_size=64", "train.epochs=2",
+                                    "data.eval_limit=1000", "data.batch_size=64", "train.epochs=2", "model.small_stem=false",
                                     "optim.name=adamw", "optim.lr=0.002", "optim.weight_decay=0.05",
                                     "optim.warmup_epochs=0.2", "run.log_interval=1000",
                                     "data.mean=[0.286]", "data.std=[0.353]"});
   Trainer t(c, RunContext{torch::kCPU});
   const FitResult r = t.fit();
   EXPECT_EQ(r.eval.samples, 1000);
-  EXPECT_GE(r.eval.top1, 70.0) << "top-1 after 2 short epochs (measured here: 74.7%; chance is 10%)";
+  EXPECT_GE(r.eval.top1, 70.0) << "top-1 after 2 short epochs (measured here: 75.9%; chance is 10%)";
   EXPECT_TRUE(fs::exists(dir.file("default/model.safetensors")));
   EXPECT_TRUE(fs::exists(dir.file("default/config.yaml")));
   const std::string metrics = fs::read_text(dir.file("default/metrics.jsonl"));
