@@ -74,6 +74,15 @@ PY
       --out "$out/bench/resnet50_bf16_synthetic12_trainer.json" 2>&1 | grep "bench resnet50"
     NO_COMPILE=1 scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
+  vitprof)  # where ViT-B's step goes, trainer against PyTorch eager (kernel totals over 2 steps)
+    $T --config configs/bench.yaml --set model.name=vit_base_patch16_224 --set model.channels_last=false \
+      --set data.synthetic_samples=8192 --set train.epochs=1 --set train.max_steps=24 --set data.eval_split= \
+      --set train.eval_interval=0 --set checkpoint.every_epoch=false --set run.out_dir="$out/vit" --set run.name=r \
+      --profile 20:22 > "$out/vit.log" 2>&1 || tail -20 "$out/vit.log"
+    python3 scripts/profile_pytorch.py --model vit_base_patch16_224 --out "$out/vit_pytorch_trace.json"
+    python3 scripts/kernel_table.py "$out/vit/r/trace.json" "$out/vit_pytorch_trace.json" --top 30 \
+      | tee "$out/vit_kernels.txt"
+    ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \
       | tee "$out/fmnist.log" | grep -E "done in|trained|error"

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "runtime/env.h"
 
 namespace trainer {
 
@@ -57,6 +58,7 @@ void StepProfiler::at_step(int64_t step) {
 void StepProfiler::finish() {
   if (!running_) return;
   running_ = false;
+  synchronize(device_);  // the recorded steps' kernels are still queued: let them run before the trace closes
   auto result = torch::autograd::profiler::disableProfiler();
   result->save(path_);
   written_ = true;
