@@ -13,7 +13,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 cmake --build "$b" --parallel "$(nproc)" --target fuzz_smoke $(printf 'fuzz_%s ' "${targets[@]}")
 mkdir -p "$b/crashes"
 for t in "${targets[@]}"; do
-  "$b/tests/fuzz/fuzz_smoke" "$t" 0 "$b/corpus/$t" > /dev/null
+  "$b/tests/fuzz/fuzz_smoke" "$t" 0 --corpus "$b/corpus/$t" > /dev/null
   (cd "$b/crashes" && "$b/tests/fuzz/fuzz_$t" -max_total_time="$secs" -rss_limit_mb=8192 -timeout=10 \
      "$b/corpus/$t") 2>&1 | grep -E "^#[0-9]+ +DONE|ERROR|SUMMARY|Done [0-9]+ runs" || true
 done

@@ -155,3 +155,17 @@ TEST(Config, DocsMentionEveryKey) {
 
 }  // namespace
 }  // namespace trainer
+
+namespace trainer {
+namespace {
+
+// Found by fuzz_smoke: a mapping used as a key made yaml-cpp throw its own exception out of the loader.
+TEST(ConfigErrors, NonScalarKeyIsAConfigError) {
+  const std::string e = load_error("data: {source: image_folder, ? [a, b] : 1}\n");
+  EXPECT_NE(e.find("c.yaml:1: a 'data' key is not a plain name"), std::string::npos) << e;
+  const std::string top = load_error("? {x: 1}\n: 2\n");
+  EXPECT_NE(top.find("a top-level key is not a plain name"), std::string::npos) << top;
+}
+
+}  // namespace
+}  // namespace trainer

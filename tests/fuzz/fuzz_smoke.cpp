@@ -1,8 +1,9 @@
-// A bounded fuzzing run without libFuzzer, for CI: `fuzz_smoke TARGET SECONDS [CORPUS_DIR]` runs the target's
-// generated seeds, then mutated inputs (bit flips, special bytes, truncation, duplication, insertion, splicing)
-// from a fixed-seed generator until the time is up. A crash, a non-trainer exception, an input that takes more
+// A bounded fuzzing run without libFuzzer, for CI: `fuzz_smoke TARGET SECONDS [--runs N] [--corpus DIR]` runs the
+// target's generated seeds, then mutated inputs (bit flips, special bytes, truncation, duplication, insertion,
+// splicing) from a fixed-seed generator until N inputs ran or the time is up. With --runs the sequence is the same
+// on every machine, so a CI result reproduces anywhere. A crash, a non-trainer exception, an input that takes more
 // than 10 s, or an allocation past the address-space limit (16 GiB) fails the run, and the input is written to
-// fuzz-crash-<target>.bin for replay (`fuzz_smoke TARGET 0 --replay FILE`). With CORPUS_DIR the seeds are also
+// fuzz-crash-<target>.bin for replay (`fuzz_smoke TARGET 0 --replay FILE`). With --corpus the seeds are also
 // written there, as a starting corpus for libFuzzer.
 #include <signal.h>
 #include <sys/resource.h>
@@ -96,10 +97,22 @@ std::string mutate(const std::string& in, const std::vector<std::string>& pool, 
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: fuzz_smoke TARGET SECONDS [CORPUS_DIR | --replay FILE]\ntargets:");
+    std::fprintf(stderr, "usage: fuzz_smoke TARGET SECONDS [--runs N] [--corpus DIR] [--replay FILE]\ntargets:");
     for (const auto& t : trainer::fuzz::targets()) std::fprintf(stderr, " %s", t.name);
     std::fprintf(stderr, "\n");
     return 2;
+  }
+  std::string corpus, replay;
+  long long max_runs = -1;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--runs") max_runs = std::atoll(argv[i + 1]);
+    else if (a == "--corpus") corpus = argv[i + 1];
+    else if (a == "--replay") replay = argv[i + 1];
+    else {
+      std::fprintf(stderr, "fuzz_smoke: unknown option '%s'\n", a.c_str());
+      return 2;
+    }
   }
   const auto* target = trainer::fuzz::find_target(argv[1]);
   if (!target) {
@@ -128,26 +141,28 @@ int main(int argc, char** argv) {
     ::alarm(0);
     g_input = nullptr;
   };
-  if (argc >= 5 && std::string(argv[3]) == "--replay") {
-    run_one(trainer::fs::read_text(argv[4]));
+  if (!replay.empty()) {
+    run_one(trainer::fs::read_text(replay));
     std::printf("fuzz_smoke %s: replay ok\n", target->name);
     return 0;
   }
   const std::vector<std::string> seeds = target->seeds();
-  if (argc >= 4) {
-    trainer::fs::make_dirs(argv[3]);
+  if (!corpus.empty()) {
+    trainer::fs::make_dirs(corpus);
     for (size_t i = 0; i < seeds.size(); ++i)
-      trainer::fs::write_text_atomic(trainer::fs::join_path(argv[3], "seed-" + std::to_string(i)), seeds[i]);
+      trainer::fs::write_text_atomic(trainer::fs::join_path(corpus, "seed-" + std::to_string(i)), seeds[i]);
   }
   for (const auto& s : seeds) run_one(s);
   std::mt19937_64 rng(std::hash<std::string>{}(target->name));
   const auto t0 = std::chrono::steady_clock::now();
   int64_t n = 0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+  while ((max_runs < 0 || n < max_runs) &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
     run_one(mutate(seeds[static_cast<size_t>(rng() % seeds.size())], seeds, rng));
     ++n;
   }
-  std::printf("fuzz_smoke %s: %zu seeds and %lld mutated inputs in %.0f s, no crash\n", target->name, seeds.size(),
-              static_cast<long long>(n), seconds);
+  std::printf("fuzz_smoke %s: %zu seeds and %lld mutated inputs in %.1f s, no crash\n", target->name, seeds.size(),
+              static_cast<long long>(n),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }

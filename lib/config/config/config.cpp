@@ -365,7 +365,10 @@ void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, con
                               " must be a mapping of keys (allowed: ", join(children_of(s, prefix), ", "), ")"));
   }
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    if (!it->first.IsScalar())
+      throw ConfigError(str_cat(where(file, it->first), ": ", prefix.empty() ? "a top-level" : "a '" + prefix + "'",
+                                " key is not a plain name (a mapping or list used as a key?)"));
+    const std::string key = it->first.Scalar();
     const std::string path = prefix.empty() ? key : prefix + "." + key;
     const YAML::Node& value = it->second;
     if (const Field* f = find_field(s, path)) {
@@ -504,7 +507,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw ConfigError(str_cat(path, ": cannot read: ", e.what()));
   }
   Schema s = fields_of(c);
-  if (root.IsDefined() && !root.IsNull()) load_node(s, root, "", path);
+  try {
+    if (root.IsDefined() && !root.IsNull()) load_node(s, root, "", path);
+  } catch (const YAML::Exception& e) {  // anything yaml-cpp refuses that the checks above did not name
+    throw ConfigError(str_cat(path, ":", e.mark.line + 1, ": cannot read this YAML: ", e.msg));
+  }
   for (const auto& o : overrides) apply_override(c, o);
   validate_config(c, path);
   return c;
