@@ -46,6 +46,18 @@ std::string env(int rank, int port) {
          " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " ";
 }
 
+// Rank 1 in the background, rank 0 here, both with `cmd` (a command without the rank variables); both must exit 0.
+void run_two_ranks(const std::string& cmd, const std::string& r1_log, test::CommandResult* r0_out) {
+  const int port = free_port();
+  const pid_t r1 = spawn(env(1, port) + cmd, r1_log);
+  const auto r0 = test::run_command(env(0, port) + cmd);
+  int status = 0;
+  ::waitpid(r1, &status, 0);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(r1_log);
+  if (r0_out) *r0_out = r0;
+}
+
 std::string eval_line(const std::string& metrics) {
   std::string last;
   for (const auto& l : split(fs::read_text(metrics), '\n'))
@@ -93,13 +105,8 @@ TEST(DataParallel, AccumulationWithNoSyncEqualsNoAccumulation) {
   for (const std::string overlap : {"true", "false"}) {
     const std::string out = dir.file("accum_" + overlap);
     const std::string extra = " --set train.accum_steps=2 --set dist.bucket_mb=1 --set dist.overlap=" + overlap;
-    const int port = free_port();
-    const pid_t r1 = spawn(env(1, port) + args(out, 8) + extra, dir.file("r1.log"));
-    const auto r0 = test::run_command(env(0, port) + args(out, 8) + extra);
-    int status = 0;
-    ::waitpid(r1, &status, 0);
-    ASSERT_EQ(r0.exit_code, 0) << r0.output;
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
+    test::CommandResult r0;
+    ASSERT_NO_FATAL_FAILURE(run_two_ranks(args(out, 8) + extra, dir.file("r1.log"), &r0));
     const auto b = read_safetensors(out + "/default/model.safetensors").tensors;
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
@@ -122,13 +129,8 @@ TEST(DataParallel, SyncBatchNormEqualsOneProcessOnTheGlobalBatch) {
   for (const std::string sync : {"true", "false"}) {
     const std::string out = dir.file("sync_" + sync);
     const std::string extra = resnet + " --set dist.sync_bn=" + sync;
-    const int port = free_port();
-    const pid_t r1 = spawn(env(1, port) + args(out, 16) + extra, dir.file("r1.log"));
-    const auto r0 = test::run_command(env(0, port) + args(out, 16) + extra);
-    int status = 0;
-    ::waitpid(r1, &status, 0);
-    ASSERT_EQ(r0.exit_code, 0) << r0.output;
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("r1.log"));
+    test::CommandResult r0;
+    ASSERT_NO_FATAL_FAILURE(run_two_ranks(args(out, 16) + extra, dir.file("r1.log"), &r0));
     const auto b = read_safetensors(out + "/default/model.safetensors").tensors;
     ASSERT_EQ(a.size(), b.size());
     // absolute differences: batch-norm biases start at 0, so relative ones of tiny tensors say nothing
