@@ -2,6 +2,7 @@
 # One device session on the GPU host, in phases so each fits a call:
 #   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
 #   obs (the JPEG run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
+#   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -26,6 +27,13 @@ case "$phase" in
     for w in "resnet50 bf16" "resnet50 fp16" "vit_base_patch16_224 bf16"; do
       set -- $w
       NO_COMPILE=${NO_COMPILE:-0} scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -3
+    done
+    ;;
+  engine)  # ViT-B and ResNet-50 against PyTorch eager in this call, then the same with the step as a CUDA graph
+    for w in "vit_base_patch16_224 bf16" "resnet50 bf16" "resnet50 fp16"; do
+      set -- $w
+      NO_COMPILE=1 scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
+      SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_graph scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
     done
     ;;
   gputest)

@@ -3,7 +3,10 @@
   - resnet18 (timm, in_chans=1, 10 classes) initial weights, 50 fixed batches, and the losses and final weights
     of 50 steps of torch.optim.SGD (momentum 0.9, nesterov, wd 5e-4) and of torch.optim.AdamW, each with timm's
     param_groups_weight_decay split (no decay on 1-D params);
-  - the scale sequence of torch.amp.GradScaler('cpu', growth_interval=3) on a crafted overflow sequence.
+  - the same for timm.optim.Lamb (lr 5e-4, wd 0.05, eps 1e-6, its global grad-norm clip at 1.0);
+  - the scale sequence of torch.amp.GradScaler('cpu', growth_interval=3) on a crafted overflow sequence;
+  - torchvision.transforms.v2 MixUp and CutMix on a fixed batch: their random draws (lambda, box centre) and
+    their outputs (images, soft labels), for tests/engine's mix parity.
 usage: make_engine_parity.py OUTDIR
 """
 import json
@@ -12,7 +15,8 @@ import sys
 import timm
 import torch
 from safetensors.torch import save_file
-from timm.optim import param_groups_weight_decay
+from timm.optim import Lamb, param_groups_weight_decay
+from torchvision.transforms import v2
 
 STEPS, BATCH = 50, 64
 
@@ -24,6 +28,9 @@ def train(opt_name, init, batches, labels):
     groups = param_groups_weight_decay(model, weight_decay=5e-4)
     if opt_name == "sgd":
         opt = torch.optim.SGD(groups, lr=0.005, momentum=0.9, nesterov=True)
+    elif opt_name == "lamb":
+        groups = param_groups_weight_decay(model, weight_decay=0.05)
+        opt = Lamb(groups, lr=5e-4, eps=1e-6, max_grad_norm=1.0)
     else:
         opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
     losses = []
@@ -34,6 +41,32 @@ def train(opt_name, init, batches, labels):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses, {k: v.contiguous() for k, v in model.state_dict().items()}
+
+
+def mix_cases(out):
+    """torchvision's own MixUp/CutMix on a fixed batch. Each case records torchvision's random draws (replayed from
+    the same seed: Beta sample, then for CutMix the box centre) and what its transform produced."""
+    n, c, h, w, classes = 6, 3, 20, 28, 5
+    images = torch.randn(n, c, h, w)
+    labels = torch.tensor([0, 3, 1, 4, 2, 3])
+    cases, tensors = [], {"images": images, "labels": labels}
+    for i, (kind, alpha) in enumerate([("mixup", 0.2), ("mixup", 1.0), ("cutmix", 1.0), ("cutmix", 0.5),
+                                        ("cutmix", 2.0), ("cutmix", 0.1)]):
+        seed = 100 + i
+        t = (v2.MixUp if kind == "mixup" else v2.CutMix)(alpha=alpha, num_classes=classes)
+        torch.manual_seed(seed)
+        x, y = t(images, labels)
+        torch.manual_seed(seed)
+        lam = float(torch.distributions.Beta(torch.tensor([alpha]), torch.tensor([alpha])).sample(()))
+        case = {"kind": kind, "lam": lam}
+        if kind == "cutmix":
+            case["rx"] = int(torch.randint(w, size=(1,)))
+            case["ry"] = int(torch.randint(h, size=(1,)))
+        cases.append(case)
+        tensors[f"x{i}"] = x.contiguous()
+        tensors[f"y{i}"] = y.contiguous()
+    save_file(tensors, f"{out}/mix.safetensors")
+    return {"classes": classes, "cases": cases}
 
 
 def main():
@@ -49,7 +82,7 @@ def main():
     save_file(init, f"{out}/init.safetensors")
     save_file({"images": batches, "labels": labels}, f"{out}/batches.safetensors")
     result = {}
-    for name in ("sgd", "adamw"):
+    for name in ("sgd", "adamw", "lamb"):
         losses, final = train(name, init, batches, labels)
         result[name] = losses
         save_file(final, f"{out}/{name}_final.safetensors")
@@ -73,6 +106,7 @@ def main():
         scales.append(scaler.get_scale())
         params.append(p.detach()[0].item())
     result["scaler"] = {"overflow": overflow, "scales": scales, "param0": params}
+    result["mix"] = mix_cases(out)
     with open(f"{out}/engine.json", "w") as f:
         json.dump(result, f)
 

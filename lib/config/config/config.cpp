@@ -134,13 +134,13 @@ Schema fields_of(Config& c) {
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
 
   s.section_docs["optim"] = "optimizer and learning-rate schedule";
-  s.add_string("optim.name", &c.optim.name, "optimizer", {"sgd", "adamw"});
+  s.add_string("optim.name", &c.optim.name, "optimizer", {"sgd", "adamw", "lamb"});
   s.add_float("optim.lr", &c.optim.lr, "peak learning rate", above(0));
   s.add_float("optim.momentum", &c.optim.momentum, "sgd momentum", half_open(0, 1));
   s.add_bool("optim.nesterov", &c.optim.nesterov, "sgd: Nesterov momentum");
   s.add_float("optim.weight_decay", &c.optim.weight_decay, "weight decay (decoupled for adamw)", at_least(0));
-  s.add_list("optim.betas", &c.optim.betas, "adamw betas", 2, half_open(0, 1));
-  s.add_float("optim.eps", &c.optim.eps, "adamw epsilon", above(0));
+  s.add_list("optim.betas", &c.optim.betas, "adamw/lamb betas", 2, half_open(0, 1));
+  s.add_float("optim.eps", &c.optim.eps, "adamw/lamb epsilon (timm's Lamb uses 1e-6)", above(0));
   s.add_bool("optim.wd_exclude_norm_bias", &c.optim.wd_exclude_norm_bias,
              "no weight decay on norms, biases and the model's no_weight_decay names");
   s.add_float("optim.clip_grad_norm", &c.optim.clip_grad_norm, "max global gradient norm, 0 = off", at_least(0));
@@ -153,6 +153,9 @@ Schema fields_of(Config& c) {
   s.add_list("optim.milestones", &c.optim.milestones, "multistep: epochs at which lr *= gamma", 0, at_least(0));
   s.add_float("optim.gamma", &c.optim.gamma, "step/multistep decay factor", closed(0, 1));
   s.add_float("optim.poly_power", &c.optim.poly_power, "poly exponent", above(0));
+  s.add_int("optim.lr_base_batch", &c.optim.lr_base_batch,
+            "linear scaling rule: lr times the global batch (batch x ranks x accum_steps) / this; 0 = off",
+            at_least(0));
 
   s.section_docs["train"] = "the training loop";
   s.add_int("train.epochs", &c.train.epochs, "passes over the training set", closed(1, 100000));
@@ -169,6 +172,17 @@ Schema fields_of(Config& c) {
               half_open(0, 1));
   s.add_int("train.max_nonfinite_steps", &c.train.max_nonfinite_steps,
             "bf16/fp32: stop after this many consecutive steps with non-finite gradients, 0 = never", at_least(0));
+  s.add_float("train.mixup_alpha", &c.train.mixup_alpha, "MixUp: lambda ~ Beta(alpha, alpha) per batch, 0 = off",
+              at_least(0));
+  s.add_float("train.cutmix_alpha", &c.train.cutmix_alpha, "CutMix: lambda ~ Beta(alpha, alpha) per batch, 0 = off",
+              at_least(0));
+  s.add_float("train.mix_prob", &c.train.mix_prob, "probability that a batch is mixed (MixUp/CutMix on)",
+              closed(0, 1));
+  s.add_float("train.mix_switch_prob", &c.train.mix_switch_prob,
+              "MixUp and CutMix both on: probability that a batch gets CutMix", closed(0, 1));
+  s.add_bool("train.cuda_graph", &c.train.cuda_graph,
+             "replay the whole train step (forward, backward, optimizer) as one CUDA graph; one GPU, "
+             "accum_steps 1");
 
   s.section_docs["checkpoint"] = "checkpoints in <run folder>/checkpoints and resuming";
   s.add_int("checkpoint.every_steps", &c.checkpoint.every_steps, "write every N optimizer steps, 0 = off", at_least(0));
@@ -483,6 +497,8 @@ void validate_config(const Config& c, const std::string& origin) {
   if (c.run.name.empty() || c.run.name.find('/') != std::string::npos)
     fail("run.name", "expected a non-empty folder name without '/'");
   if (c.data.source != "synthetic" && c.data.root.empty()) fail("data.root", "expected a dataset folder");
+  if (c.train.cuda_graph && c.train.accum_steps != 1)
+    fail("train.cuda_graph", "a captured step is a whole optimizer step: expected train.accum_steps 1");
 }
 
 Config config_from_overrides(const std::vector<std::string>& overrides) {

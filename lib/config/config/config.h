@@ -64,7 +64,7 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  std::string name = "sgd";           // sgd | adamw
+  std::string name = "sgd";           // sgd | adamw | lamb
   double lr = 0.2;                    // peak learning rate
   double momentum = 0.9;              // sgd momentum
   bool nesterov = true;               // sgd: Nesterov momentum
@@ -81,6 +81,7 @@ struct OptimConfig {
   std::vector<double> milestones = {30.0, 60.0, 90.0};  // multistep: epochs
   double gamma = 0.1;                 // step / multistep decay factor
   double poly_power = 1.0;            // poly exponent
+  int64_t lr_base_batch = 0;          // linear scaling: lr *= global batch / this (e.g. 256), 0 = lr as given
 };
 
 struct TrainConfig {
@@ -93,6 +94,11 @@ struct TrainConfig {
   bool cudnn_benchmark = true;        // autotune convolutions (off in deterministic mode)
   double ema_decay = 0.0;             // EMA of the weights (evaluated alongside, saved as model_ema), 0 = off
   int64_t max_nonfinite_steps = 20;   // bf16/fp32: stop after this many consecutive non-finite steps, 0 = never
+  double mixup_alpha = 0.0;           // MixUp Beta(alpha, alpha), 0 = off
+  double cutmix_alpha = 0.0;          // CutMix Beta(alpha, alpha), 0 = off
+  double mix_prob = 1.0;              // probability that a batch is mixed at all
+  double mix_switch_prob = 0.5;       // both on: probability of CutMix rather than MixUp for a batch
+  bool cuda_graph = false;            // capture the whole train step in a CUDA graph (one GPU, static shapes)
 };
 
 struct CheckpointConfig {

@@ -7,6 +7,11 @@
 
 namespace trainer {
 
+double scaled_lr(const OptimConfig& cfg, int64_t global_batch) {
+  if (cfg.lr_base_batch <= 0) return cfg.lr;
+  return cfg.lr * static_cast<double>(global_batch) / static_cast<double>(cfg.lr_base_batch);
+}
+
 LrSchedule::LrSchedule(const OptimConfig& cfg, int64_t steps_per_epoch, int64_t total_steps, double base_lr)
     : cfg_(cfg), steps_per_epoch_(std::max<int64_t>(steps_per_epoch, 1)), total_steps_(std::max<int64_t>(total_steps, 1)),
       base_lr_(base_lr) {

@@ -7,6 +7,10 @@
 
 namespace trainer {
 
+// The peak learning rate: optim.lr, times global_batch / optim.lr_base_batch when that is set (the linear
+// scaling rule of Goyal et al.; min_lr is an absolute floor and is not scaled).
+double scaled_lr(const OptimConfig& cfg, int64_t global_batch);
+
 class LrSchedule {
  public:
   LrSchedule(const OptimConfig& cfg, int64_t steps_per_epoch, int64_t total_steps, double base_lr);

@@ -25,7 +25,9 @@
 #include "observe/progress.h"
 #include "observe/verdict.h"
 #include "runtime/step_timer.h"
+#include "engine/mix.h"
 #include "engine/profiler.h"
+#include "engine/step_graph.h"
 #include <ATen/record_function.h>
 #include "engine/run_dir.h"
 #include "models/registry.h"
@@ -93,9 +95,21 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   scaler_ = std::make_unique<GradScaler>(ctx_.device, precision_ == Precision::fp16);
   const int64_t batches = train_loader_ ? train_loader_->batches_per_epoch() : 1000;
   const int64_t steps_per_epoch = std::max<int64_t>(batches / cfg.train.accum_steps, 1);
-  schedule_ = std::make_unique<LrSchedule>(cfg.optim, steps_per_epoch, steps_per_epoch * cfg.train.epochs,
-                                           cfg.optim.lr);
+  const int64_t global_batch = cfg.data.batch_size * ctx_.world_size * cfg.train.accum_steps;
+  const double peak_lr = scaled_lr(cfg.optim, global_batch);
+  if (cfg.optim.lr_base_batch > 0 && ctx_.rank == 0)
+    log::info("lr ", cfg.optim.lr, " x global batch ", global_batch, " / optim.lr_base_batch ", cfg.optim.lr_base_batch,
+              " = ", peak_lr);
+  schedule_ = std::make_unique<LrSchedule>(cfg.optim, steps_per_epoch, steps_per_epoch * cfg.train.epochs, peak_lr);
   auto f = torch::TensorOptions().dtype(torch::kFloat32).device(ctx_.device);
+  if (ctx_.device.is_cuda()) lr_device_ = torch::zeros({}, f);
+  mixer_ = std::make_unique<BatchMixer>(cfg.train, cfg.run.seed);
+  if (cfg.train.cuda_graph) {
+    if (!ctx_.device.is_cuda()) throw ConfigError("key 'train.cuda_graph': needs a CUDA device (run.device)");
+    if (ctx_.dist)
+      throw ConfigError(str_cat("key 'train.cuda_graph': captures one GPU's step; not with ", ctx_.world_size,
+                                " ranks (data parallel all-reduces run eagerly)"));
+  }
   loss_sum_ = torch::zeros({}, f);
   loss_count_ = torch::zeros({}, f);
   skipped_ = torch::zeros({}, f);
@@ -232,20 +246,53 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
 bool Trainer::train_step(const Batch& batch) {
   const int64_t k = cfg_.train.accum_steps;
   torch::Tensor images = batch.images.device() == ctx_.device ? batch.images : batch.images.to(ctx_.device, true);
-  torch::Tensor labels = batch.labels.device() == ctx_.device ? batch.labels : batch.labels.to(ctx_.device, true);
-  if (micro_ == 0) lr_ = schedule_->lr_at(step_);
+  torch::Tensor targets = batch.labels.device() == ctx_.device ? batch.labels : batch.labels.to(ctx_.device, true);
+  if (micro_ == 0) {
+    lr_ = schedule_->lr_at(step_);
+    if (lr_device_.defined()) lr_device_.fill_(lr_);  // what the kernels (and a captured graph) read
+  }
+  if (mixer_->enabled()) {  // MixUp/CutMix: soft targets; parameters from (seed, micro-batch number)
+    const MixParams p = mixer_->draw(static_cast<uint64_t>(step_ * k + micro_), images.size(2), images.size(3));
+    std::tie(images, targets) = mix_batch(images, targets, cfg_.model.num_classes, p);
+  }
+  if (cfg_.train.cuda_graph) {
+    // a few eager steps first (cuDNN autotuning, optimizer state, allocator warm), then capture once, replay after
+    constexpr int64_t kEagerSteps = 3;
+    if (!graph_ && step_ >= start_step_ + kEagerSteps) {
+      graph_ = std::make_unique<StepGraph>();
+      graph_->capture(images, targets, [this](const torch::Tensor& x, const torch::Tensor& y) {
+        forward_backward(x, y, /*last_micro=*/true);
+        optimizer_step();
+      });
+      log::info("train.cuda_graph: step ", step_, " captured; later steps replay it");
+    }
+    if (graph_) {
+      graph_->replay(images, targets);
+      ++step_;
+      return true;
+    }
+  }
+  const bool last_micro = micro_ + 1 == k;
+  forward_backward(images, targets, last_micro);
+  if (++micro_ < k) return false;
+  micro_ = 0;
+  optimizer_step();
+  ++step_;
+  return true;
+}
 
-  // forward under autocast; cross-entropy runs in fp32 by autocast's policy
+// Forward under autocast (cross-entropy runs in fp32 by autocast's policy; hard labels or soft targets), then
+// the backward of loss / k, scaled for fp16. Data parallel: only the last micro-step's backward communicates.
+void Trainer::forward_backward(const torch::Tensor& images, const torch::Tensor& targets, bool last_micro) {
+  const int64_t k = cfg_.train.accum_steps;
   torch::Tensor loss;
   {
     RECORD_USER_SCOPE("forward");
     AutocastGuard autocast(ctx_.device, precision_);
     torch::Tensor logits = model_->forward(images);
     loss = torch::nn::functional::cross_entropy(
-        logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg_.train.label_smoothing));
+        logits, targets, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg_.train.label_smoothing));
   }
-  // backward of loss / k, scaled for fp16; data parallel: only the last micro-step's backward communicates
-  const bool last_micro = micro_ + 1 == k;
   if (reducer_) reducer_->prepare(last_micro);
   {
     RECORD_USER_SCOPE("backward");
@@ -253,10 +300,11 @@ bool Trainer::train_step(const Batch& batch) {
   }
   loss_sum_.add_(loss.detach());
   loss_count_.add_(1);
-  if (++micro_ < k) return false;
-  micro_ = 0;
+}
 
-  // unscale (fp16) and check for inf/nan in one pass; the optimizer skips the step when found
+// Unscale (fp16) and check for inf/nan in one pass, clip, step (skipped on device when found), update the
+// scale, free the grads, EMA. Nothing here reads the device from the host.
+void Trainer::optimizer_step() {
   if (reducer_) {
     RECORD_USER_SCOPE("all-reduce");
     reducer_->finish();  // data parallel: the mean over ranks, before unscaling
@@ -271,7 +319,7 @@ bool Trainer::train_step(const Batch& batch) {
     auto coef = (cfg_.optim.clip_grad_norm / (total + 1e-6)).clamp_max(1.0);
     at::_foreach_mul_(grads, coef);
   }
-  optimizer_->step(lr_, scaler_->found_inf());
+  optimizer_->step(lr_, scaler_->found_inf(), lr_device_);
   skipped_.add_(scaler_->found_inf().squeeze());
   consecutive_.mul_(scaler_->found_inf().squeeze()).add_(scaler_->found_inf().squeeze());  // 0 after a good step
   scaler_->update();
@@ -280,8 +328,6 @@ bool Trainer::train_step(const Batch& batch) {
     torch::NoGradGuard ng;
     at::_foreach_lerp_(ema_, ema_src_, 1.0 - cfg_.train.ema_decay);  // ema = d * ema + (1 - d) * weights
   }
-  ++step_;
-  return true;
 }
 
 double Trainer::take_train_loss() {
@@ -470,7 +516,8 @@ void Trainer::restore_state(const CheckpointState& s) {
     step_ = s.epoch * spe + start_batch_ / cfg_.train.accum_steps;
     log::info("checkpoint written by ", saved_world, " rank(s), resumed on ", ctx_.world_size, ": epoch ",
               s.epoch + 1, " continues at batch ", start_batch_, ", step ", step_);
-  }
+  }  start_step_ = step_;
+  graph_.reset();  // a captured step would use the optimizer state just replaced
 }
 
 void Trainer::save_checkpoint(int64_t epoch, int64_t batch) {

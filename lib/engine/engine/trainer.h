@@ -21,6 +21,8 @@ namespace trainer {
 class RunDir;
 class DistContext;
 class GradReducer;
+class BatchMixer;
+class StepGraph;
 struct ImageLoaderOptions;
 
 struct RunContext {
@@ -74,6 +76,7 @@ class Trainer {
   int64_t steps() const { return step_; }
   const Config& config() const { return cfg_; }
   Precision precision() const { return precision_; }
+  bool step_graph_active() const { return graph_ != nullptr; }  // train.cuda_graph: the step is captured
   // train.ema_decay: the averaged parameters and floating buffers, in the order of ema_names().
   const std::vector<torch::Tensor>& ema() const { return ema_; }
   const std::vector<std::string>& ema_names() const { return ema_names_; }
@@ -86,6 +89,8 @@ class Trainer {
   void save_checkpoint(int64_t epoch, int64_t batch);
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
   void resume_if_asked();
+  void forward_backward(const torch::Tensor& images, const torch::Tensor& targets, bool last_micro);
+  void optimizer_step();
   void check_nonfinite_run();  // reads the device counter: call at log points only
   // Whether to stop for a signal, agreed by all ranks at the same step (a collective on a deterministic step).
   bool stop_agreed();
@@ -100,9 +105,13 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunDir> run_dir_;
+  std::unique_ptr<BatchMixer> mixer_;    // train.mixup_alpha / cutmix_alpha
+  std::unique_ptr<StepGraph> graph_;     // train.cuda_graph: the captured step
+  torch::Tensor lr_device_;              // CUDA: this step's lr, read by the optimizer kernels
   int64_t start_epoch_ = 0;      // where fit() begins (set by resume)
   int64_t start_batch_ = 0;
   int64_t step_ = 0;             // optimizer steps taken
+  int64_t start_step_ = 0;       // step_ when this process started (after a resume)
   int64_t micro_ = 0;            // micro-batches since the last optimizer step
   double lr_ = 0;                // lr of the current step
   torch::Tensor loss_sum_;       // device: sum of unscaled micro-batch losses since last read

@@ -11,6 +11,11 @@ namespace nn = torch::nn;
 
 namespace {
 nn::LayerNorm layer_norm(int64_t d) { return nn::LayerNorm(nn::LayerNormOptions({d}).eps(1e-6)); }
+
+// at::linear, not nn::Linear's forward: the C++ frontend's F::linear runs matmul and then `out += bias` for 3-D
+// input, which under autocast is a bf16 += fp32 add on the slow dynamic-cast kernel (22 ms per ViT-B step on an
+// H200); at::linear is autocast-aware (bias cast too) and folds (B, N, D) into one GEMM with the bias in its epilogue.
+torch::Tensor linear(const nn::Linear& l, const torch::Tensor& x) { return torch::linear(x, l->weight, l->bias); }
 }  // namespace
 
 // ---- block ----
@@ -35,16 +40,16 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x) {
   const bool train = is_training();
   // ---- attention ----
   // unbind, not qkv[i]: three selects would each backpropagate through a full-size zero tensor
-  auto qkv = qkv_(norm1_(x)).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv = linear(qkv_, norm1_(x)).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
                                             /*dropout_p=*/train ? attn_drop_ : 0.0);
-  a = proj_(a.transpose(1, 2).reshape({B, N, D}));
+  a = linear(proj_, a.transpose(1, 2).reshape({B, N, D}));
   if (drop_ > 0) a = torch::dropout(a, drop_, train);
   torch::Tensor y = x + drop_path(a, drop_path_, train);
   // ---- mlp ----
-  auto h = torch::gelu(fc1_(norm2_(y)));
+  auto h = torch::gelu(linear(fc1_, norm2_(y)));
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
-  h = fc2_(h);
+  h = linear(fc2_, h);
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
   return y + drop_path(h, drop_path_, train);
 }
