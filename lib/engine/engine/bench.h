@@ -13,7 +13,7 @@ namespace trainer {
 struct BenchResult {
   double img_per_s = 0;
   double step_ms = 0;        // mean over the timed steps
-  double peak_mem_gib = 0;   // peak allocated during the timed steps
+  double peak_mem_gib = 0;   // peak allocated during the timed steps (train.cuda_graph: reserved)
   double mfu = 0;            // model FLOPs utilisation vs the GPU's dense bf16/fp16 peak (0 when unknown)
   std::string json;          // the full record
 };
