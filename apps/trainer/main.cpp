@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -19,6 +20,9 @@
 #include "core/log.h"
 #include "checkpoint/checkpoint.h"
 #include "core/signals.h"
+#include "core/strings.h"
+#include "data/pack.h"
+#include "observe/progress.h"
 #include "dist/env.h"
 #include "dist/launcher.h"
 #include "dist/process_group.h"
@@ -37,7 +41,38 @@ const std::vector<trainer::CommandSpec> kCommands = {
     {"launch", "start --nproc-per-node N ranks of trainer with torchrun's variables: launch [opts] -- <args>"},
     {"export", "write the model of --checkpoint C as safetensors (timm names) to --out FILE"},
     {"bench-data", "time the image input pipeline alone (the config's training split); --out FILE writes JSON"},
+    {"pack", "write an ImageFolder or list file as WebDataset tar shards with indexes: pack --src S --out D [opts]"},
 };
+
+// `trainer pack`: its own options (see pack_usage()), a progress bar, a summary.
+int run_pack(const std::vector<std::string>& args) {
+  using namespace trainer;
+  if (std::find(args.begin(), args.end(), "--help") != args.end() || std::find(args.begin(), args.end(), "-h") != args.end()) {
+    std::cout << pack_usage();
+    return 0;
+  }
+  const PackOptions o = parse_pack_args(args);
+  ProgressBar bar;
+  const auto t0 = std::chrono::steady_clock::now();
+  const PackStats st = pack_dataset(o, [&](int64_t done, int64_t total) {
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ProgressState p;
+    p.epoch = p.epochs = 1;
+    p.step = done;
+    p.steps = total;
+    p.img_per_s = sec > 0 ? done / sec : 0;
+    p.eta_s = done > 0 ? sec * (total - done) / done : -1;
+    bar.update(p);
+  });
+  bar.done();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << strprintf("packed %lld images into %lld shard(s) in %s: %.1f MiB of images -> %.1f MiB of tar "
+                         "(%lld re-encoded), %lld skipped; %s\n",
+                         static_cast<long long>(st.samples), static_cast<long long>(st.shards),
+                         format_duration(sec).c_str(), st.bytes_in / 1048576.0, st.bytes_out / 1048576.0,
+                         static_cast<long long>(st.reencoded), static_cast<long long>(st.skipped), o.out.c_str());
+  return 0;
+}
 
 int run(int argc, char** argv) {
   using namespace trainer;
@@ -48,6 +83,7 @@ int run(int argc, char** argv) {
     const std::string program = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
     return launch(parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), program));
   }
+  if (argc > 1 && std::string(argv[1]) == "pack") return run_pack(std::vector<std::string>(argv + 2, argv + argc));
   const CommandLine cl = parse_command_line(argc, argv, kCommands);
   if (cl.help) {
     std::cout << usage_text(kCommands);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -17,7 +18,9 @@
 #include "data/image_loader.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
+#include "data/pack.h"
 #include "data/sharding.h"
+#include "data/shards.h"
 #include "test_support/test_support.h"
 
 namespace trainer {
@@ -311,6 +314,180 @@ TEST_F(Folder, EvalIsCentreCropResize) {
   const auto [mean, mx] = diff(got.data_ptr<uint8_t>(), ref.data(), ref.size());
   EXPECT_LT(mean, 0.3);
   EXPECT_LE(mx, 4);
+}
+
+// ---- packed shards ----
+
+class Shards : public Folder {
+ protected:
+  static std::string run_python(const std::string& code) {
+    test::TempDir d;
+    test::write_file(d.file("t.py"), code);
+    const std::string out = d.file("out.txt");
+    const int rc = std::system((test::python() + " " + test::shell_quote(d.file("t.py")) + " > " + out + " 2>&1").c_str());
+    std::string text = test::read_file(out);
+    if (rc != 0) ADD_FAILURE() << "python failed:\n" << text;
+    return text;
+  }
+  static std::string error_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+};
+
+TEST_F(Shards, PackKeepsBytesLabelsAndOrderAndPythonReadsThem) {
+  test::TempDir dir;
+  const std::string root = make_folder(dir);
+  const ImageList src = scan_image_folder(root);
+  PackOptions o;
+  o.src = root;
+  o.out = dir.file("shards");
+  o.shard_samples = 8;  // 21 samples: 3 shards
+  o.shuffle = false;
+  o.threads = 3;
+  int64_t last = 0;
+  const PackStats st = pack_dataset(o, [&](int64_t done, int64_t total) {
+    EXPECT_EQ(total, 21);
+    last = done;
+  });
+  EXPECT_EQ(last, 21);
+  EXPECT_EQ(st.samples, 21);
+  EXPECT_EQ(st.shards, 3);
+  EXPECT_EQ(st.skipped, 0);
+  const ImageList packed = scan_shards(o.out);
+  EXPECT_EQ(packed.classes, src.classes);
+  ASSERT_EQ(packed.samples.size(), src.samples.size());
+  for (size_t i = 0; i < src.samples.size(); ++i) {
+    const auto& p = packed.samples[i];
+    EXPECT_EQ(p.label, src.samples[i].label);
+    const std::string tar = test::read_file(p.path);
+    EXPECT_EQ(tar.substr(static_cast<size_t>(p.offset), static_cast<size_t>(p.size)), test::read_file(src.samples[i].path))
+        << p.name();
+  }
+  // the loader gives the same batches from the shards as from the files
+  ImageLoaderOptions lo = options(2);
+  lo.train = false;
+  ImageLoader a(src.samples, lo, torch::kCPU), b(packed.samples, lo, torch::kCPU);
+  const auto ea = epoch(a, 0), eb = epoch(b, 0);
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) EXPECT_TRUE(torch::equal(ea[i], eb[i])) << "batch " << i;
+  // WebDataset-compatible: Python's tarfile reads key.jpg + key.cls pairs with the same bytes and labels
+  const std::string out = run_python(
+      "import tarfile, glob, sys\n"
+      "n = 0\n"
+      "for t in sorted(glob.glob(" + std::string("'") + o.out + "/*.tar')):\n"
+      "    with tarfile.open(t) as f:\n"
+      "        names = f.getnames()\n"
+      "        for m in names:\n"
+      "            if m.endswith('.jpg'):\n"
+      "                k = m[:-4]\n"
+      "                assert k + '.cls' in names, k\n"
+      "                label = int(f.extractfile(k + '.cls').read())\n"
+      "                data = f.extractfile(m).read()\n"
+      "                assert data[:2] == b'\\xff\\xd8', m\n"
+      "                print(k, label, len(data))\n"
+      "                n += 1\n"
+      "print('samples', n)\n");
+  EXPECT_NE(out.find("samples 21"), std::string::npos) << out;
+  EXPECT_NE(out.find("000000020 2 "), std::string::npos) << out;
+}
+
+TEST_F(Shards, ReencodeShrinksToMaxSide) {
+  test::TempDir dir;
+  PackOptions o;
+  o.src = make_folder(dir);
+  o.out = dir.file("small");
+  o.max_side = 64;
+  const PackStats st = pack_dataset(o);
+  EXPECT_EQ(st.reencoded, 21);
+  JpegDecoder jpeg;
+  for (const auto& s : scan_shards(o.out).samples) {
+    const std::string tar = test::read_file(s.path);
+    const auto* p = reinterpret_cast<const uint8_t*>(tar.data()) + s.offset;
+    const JpegInfo info = jpeg.read_info(p, static_cast<size_t>(s.size), s.name());
+    EXPECT_LE(std::max(info.width, info.height), 64) << s.name();
+    EXPECT_EQ(info.components, 3) << s.name();
+  }
+  EXPECT_LT(st.bytes_out, st.bytes_in);
+}
+
+TEST_F(Shards, BadIndexTarAndOptionsAreClearErrors) {
+  test::TempDir dir;
+  PackOptions o;
+  o.src = make_folder(dir, /*bad_files=*/2);
+  o.out = dir.file("s");
+  const PackStats st = pack_dataset(o);
+  EXPECT_EQ(st.skipped, 2);  // empty and text files are named and skipped
+  EXPECT_EQ(st.samples, 21);
+  const std::string tar = o.out + "/shard-000000.tar", idx = tar + ".idx";
+  const std::string good_idx = test::read_file(idx);
+  // no index: the tar is scanned and gives the same samples
+  fs::remove_tree(idx);
+  const auto scanned = scan_shards(o.out);
+  test::write_file(idx, good_idx);
+  const auto indexed = scan_shards(o.out);
+  ASSERT_EQ(scanned.samples.size(), indexed.samples.size());
+  for (size_t i = 0; i < scanned.samples.size(); ++i) {
+    EXPECT_EQ(scanned.samples[i].offset, indexed.samples[i].offset);
+    EXPECT_EQ(scanned.samples[i].label, indexed.samples[i].label);
+  }
+  // a damaged index names the file and line
+  std::string bad = good_idx;
+  bad.replace(bad.find('\n') + 1, 1, "x");
+  test::write_file(idx, bad);
+  EXPECT_NE(error_of([&] { scan_shards(o.out); }).find("shard-000000.tar.idx:2"), std::string::npos);
+  test::write_file(idx, good_idx.substr(0, good_idx.size() / 2));
+  EXPECT_NE(error_of([&] { scan_shards(o.out); }).find("truncated index"), std::string::npos);
+  // a tar that changed since its index
+  test::write_file(idx, good_idx);
+  const std::string t = test::read_file(tar);
+  test::write_file(tar, t + std::string(512, '\0'));
+  EXPECT_NE(error_of([&] { scan_shards(o.out); }).find("the tar changed"), std::string::npos);
+  // a truncated or corrupt tar without index names the byte
+  fs::remove_tree(idx);
+  test::write_file(tar, t.substr(0, 700));
+  EXPECT_NE(error_of([&] { scan_shards(o.out); }).find("runs past the end"), std::string::npos);
+  std::string flipped = t;
+  flipped[10] ^= 0x40;
+  test::write_file(tar, flipped);
+  EXPECT_NE(error_of([&] { scan_shards(o.out); }).find("byte 0: bad checksum"), std::string::npos);
+  EXPECT_NE(error_of([&] { scan_shards(dir.file("none")); }).find("no such shard folder"), std::string::npos);
+  fs::make_dirs(dir.file("empty"));
+  EXPECT_NE(error_of([&] { scan_shards(dir.file("empty")); }).find("no .tar shards"), std::string::npos);
+  EXPECT_THROW(parse_pack_args({"--src", o.src}), ConfigError);
+  EXPECT_THROW(parse_pack_args({"--src", o.src, "--out", "x", "--quality", "101"}), ConfigError);
+  EXPECT_THROW(parse_pack_args({"--src", o.src, "--out", "x", "--bogus"}), ConfigError);
+  EXPECT_EQ(parse_pack_args({"--src=" + o.src, "--out", "x", "--max-side", "256"}).max_side, 256);
+}
+
+TEST_F(Shards, ReadsPythonWrittenTarsWithLongNamesAndExtraFields) {
+  test::TempDir dir;
+  fs::make_dirs(dir.file("py"));
+  const std::string img = fixture_path("odd.jpg");
+  run_python(
+      "import tarfile, io\n"
+      "data = open('" + img + "', 'rb').read()\n"
+      "def add(t, name, b):\n"
+      "    i = tarfile.TarInfo(name); i.size = len(b); t.addfile(i, io.BytesIO(b))\n"
+      "for fmt, path in ((tarfile.PAX_FORMAT, 'pax.tar'), (tarfile.GNU_FORMAT, 'gnu.tar')):\n"
+      "    with tarfile.open('" + dir.file("py") + "/' + path, 'w', format=fmt) as t:\n"
+      "        long = 'd' * 120 + '/sample_0001'\n"
+      "        add(t, long + '.jpg', data); add(t, long + '.cls', b'4\\n'); add(t, long + '.json', b'{}')\n"
+      "        add(t, 'x/short.cls', b' 7 '); add(t, 'x/short.jpeg', data); add(t, 'x/other.0.jpg', data)\n");
+  const ImageList l = scan_shards(dir.file("py"));
+  ASSERT_EQ(l.samples.size(), 4u);
+  const std::string want = test::read_file(img);
+  for (const auto& s : l.samples) {
+    EXPECT_EQ(test::read_file(s.path).substr(static_cast<size_t>(s.offset), static_cast<size_t>(s.size)), want) << s.name();
+  }
+  EXPECT_EQ(l.samples[0].label, 4);
+  EXPECT_EQ(l.samples[0].key, std::string(120, 'd') + "/sample_0001.jpg");
+  EXPECT_EQ(l.samples[1].label, 7);
+  EXPECT_EQ(l.samples[1].key, "x/short.jpeg");  // x/other.0.jpg: key x/other, field "0.jpg" (WebDataset's rule)
 }
 
 TEST(Sharding, EverySampleOncePerEpochAcrossRanks) {

@@ -17,6 +17,7 @@
 #include "data/image_folder.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
+#include "data/shards.h"
 #include "models/safetensors.h"
 #include "observe/tfevents.h"
 
@@ -221,6 +222,43 @@ void run_list(const uint8_t* d, size_t n) {
 }
 std::vector<std::string> seeds_list() { return {"a/x.jpg,0\nb/y.png, 3\n\n# comment\nc.jpg,12\n"}; }
 
+// A tar shard from memory: members, WebDataset grouping, .cls parsing; then its index text, as written and parsed.
+void run_tar(const uint8_t* d, size_t n) {
+  const ReadAt read = [d, n](int64_t off, size_t len, uint8_t* dst) {
+    TRAINER_CHECK(off >= 0 && static_cast<size_t>(off) <= n && len <= n - static_cast<size_t>(off), "read past end");
+    std::memcpy(dst, d + off, len);
+  };
+  try {
+    const auto samples = index_tar(read, static_cast<int64_t>(n), "fuzz.tar");
+    const auto again = parse_shard_index(format_shard_index(samples, static_cast<int64_t>(n)), "fuzz.idx",
+                                         static_cast<int64_t>(n));
+    TRAINER_CHECK(again.size() == samples.size(), "index round trip lost samples");  // would be a finding
+  } catch (const Error&) {
+  }
+}
+std::vector<std::string> seeds_tar() {
+  const std::string dir = scratch(".shards");
+  fs::make_dirs(dir);
+  {
+    ShardWriter w(dir, 2, 1 << 20);
+    w.add("000000000", "jpg", std::vector<uint8_t>{0xff, 0xd8, 0xff, 0xd9}, 3);
+    w.add("000000001", "png", std::vector<uint8_t>(700, 7), 12);
+    w.add("000000002", "jpg", std::vector<uint8_t>(3, 1), 0);
+    w.finish();
+  }
+  return {read_back(dir + "/shard-000000.tar"), read_back(dir + "/shard-000001.tar")};
+}
+
+void run_shard_index(const uint8_t* d, size_t n) {
+  try {
+    parse_shard_index(std::string(reinterpret_cast<const char*>(d), n), "fuzz.idx", 1 << 20);
+  } catch (const Error&) {
+  }
+}
+std::vector<std::string> seeds_shard_index() {
+  return {"trainer-shard-index 1 2 1048576\n512 4 3 000000000.jpg\n2048 700 12 a/b.png\n"};
+}
+
 void run_config(const uint8_t* d, size_t n) {
   try {
     load_config(to_file(d, n, ".yaml"));
@@ -245,6 +283,8 @@ const std::vector<Target>& targets() {
       {"checkpoint", run_checkpoint, seeds_checkpoint},
       {"tfrecord", run_tfrecord, seeds_tfrecord},
       {"list", run_list, seeds_list},
+      {"tar", run_tar, seeds_tar},
+      {"shard_index", run_shard_index, seeds_shard_index},
       {"config", run_config, seeds_config},
   };
   return t;

@@ -108,9 +108,9 @@ Schema fields_of(Config& c) {
   s.add_bool("model.channels_last", &c.model.channels_last, "NHWC memory format for model and input on CUDA");
 
   s.section_docs["data"] = "dataset, batching and augmentation";
-  s.add_string("data.source", &c.data.source, "dataset kind", {"synthetic", "idx", "cifar10", "cifar100", "image_folder", "list"});
+  s.add_string("data.source", &c.data.source, "dataset kind", {"synthetic", "idx", "cifar10", "cifar100", "image_folder", "list", "shards"});
   s.add_string("data.root", &c.data.root, "dataset folder");
-  s.add_string("data.train_split", &c.data.train_split, "training split: idx file prefix, image_folder sub-folder, list file");
+  s.add_string("data.train_split", &c.data.train_split, "training split: idx file prefix, image_folder sub-folder, list file, shards sub-folder");
   s.add_string("data.eval_split", &c.data.eval_split, "eval split, as train_split; empty = no eval");
   s.add_int("data.image_size", &c.data.image_size, "side of the model input in pixels", closed(8, 4096));
   s.add_int("data.batch_size", &c.data.batch_size, "per-process batch size", closed(1, 1 << 20));

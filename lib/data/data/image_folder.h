@@ -8,8 +8,13 @@
 namespace trainer {
 
 struct ImageSample {
-  std::string path;   // absolute or relative to the working folder
+  std::string path;   // absolute or relative to the working folder (a shard: the tar)
   int64_t label = 0;
+  int64_t offset = -1;  // a shard member: its bytes [offset, offset + size) of `path`; -1 = the whole file
+  int64_t size = 0;
+  std::string key;      // a shard member's key, for messages
+  // How errors name the sample: the path, or "shard.tar:key".
+  std::string name() const { return offset < 0 ? path : path + ":" + key; }
 };
 
 struct ImageList {

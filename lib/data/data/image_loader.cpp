@@ -1,5 +1,8 @@
 #include "data/image_loader.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -52,6 +55,23 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
   const size_t got = n ? std::fread(buf.data(), 1, buf.size(), f) : 0;
   std::fclose(f);
   TRAINER_CHECK(got == buf.size(), path, ": short read");
+}
+
+// A file, or a shard member's byte range (one pread).
+void read_sample(const ImageSample& s, std::vector<uint8_t>& buf) {
+  if (s.offset < 0) return read_file(s.path, buf);
+  TRAINER_CHECK(s.size <= (int64_t(1) << 30), s.name(), ": implausible size ", s.size);
+  const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+  TRAINER_CHECK(fd >= 0, s.path, ": cannot open");
+  buf.resize(static_cast<size_t>(s.size));
+  size_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t r = ::pread(fd, buf.data() + done, buf.size() - done, s.offset + static_cast<int64_t>(done));
+    if (r <= 0) break;
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  TRAINER_CHECK(done == buf.size(), s.name(), ": short read (the shard is shorter than its index says)");
 }
 }  // namespace
 
@@ -175,7 +195,7 @@ void ImageLoader::process(int64_t task, Slot& slot, std::vector<uint8_t>& file, 
     } catch (const Error& e) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (reported_bad_.insert(samples_[static_cast<size_t>(index)].path).second) {
+        if (reported_bad_.insert(samples_[static_cast<size_t>(index)].name()).second) {
           bad_.fetch_add(1);
           log::warn("skipping a bad sample: ", e.what());
         }
@@ -194,13 +214,14 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   const ImageSample& s = samples_[static_cast<size_t>(index)];
   const int S = static_cast<int>(opt_.image_size);
   auto t0 = Clock::now();
-  read_file(s.path, file);
+  read_sample(s, file);
   read_ns_.fetch_add(ns_since(t0));
+  const std::string name = s.name();
 
   t0 = Clock::now();
   int w = 0, h = 0;
-  read_image_size(jpeg, file.data(), file.size(), s.path, &w, &h);
-  TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, s.path, ": implausible size ", w, "x", h);
+  read_image_size(jpeg, file.data(), file.size(), name, &w, &h);
+  TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, name, ": implausible size ", w, "x", h);
   Rect win;
   bool flip = false;
   if (opt_.train) {
@@ -216,7 +237,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
     o.crop = opt_.crop_decode;
     o.window = win;
-    jpeg.decode(file.data(), file.size(), o, img, s.path);
+    jpeg.decode(file.data(), file.size(), o, img, name);
     const int d = o.scale_denom;
     if (o.crop) {
       // the decoder returned the window rounded outwards to whole scaled pixels
@@ -233,7 +254,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     region.w = std::min(region.w, img.width - region.x);
     region.h = std::min(region.h, img.height - region.y);
   } else {
-    decode_png(file.data(), file.size(), img, s.path);
+    decode_png(file.data(), file.size(), img, name);
     region = win;
   }
   decode_ns_.fetch_add(ns_since(t0));

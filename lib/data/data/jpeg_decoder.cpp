@@ -7,6 +7,7 @@
 #include <jpeglib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -147,6 +148,45 @@ void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptio
   // done with our rows: abort instead of reading (or skipping) the rest of the image
   jpeg_abort_decompress(&c);
   if (impl_->err.warnings > 0) TRAINER_FAIL(name, ": corrupt JPEG data: ", impl_->err.message);
+}
+
+}  // namespace trainer
+
+namespace trainer {
+
+void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name) {
+  TRAINER_CHECK(img.width > 0 && img.height > 0 &&
+                    img.pixels.size() == static_cast<size_t>(img.width) * img.height * 3,
+                name, ": cannot encode a ", img.width, "x", img.height, " image");
+  jpeg_compress_struct cinfo;
+  ErrorMgr err;
+  err.warnings = 0;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    std::free(buf);
+    TRAINER_FAIL(name, ": JPEG encode failed: ", err.message);
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(img.width);
+  cinfo.image_height = static_cast<JDIMENSION>(img.height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, std::clamp(quality, 1, 100), TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(img.pixels.data() + static_cast<size_t>(cinfo.next_scanline) * img.width * 3);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  out.assign(buf, buf + size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(buf);
 }
 
 }  // namespace trainer

@@ -53,6 +53,9 @@ class JpegDecoder {
   Impl* impl_;
 };
 
+// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding). `name` labels errors.
+void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name);
+
 // Refuses images larger than this many pixels (a hostile header cannot make us allocate gigabytes).
 constexpr int64_t kMaxImagePixels = int64_t(1) << 28;
 

@@ -136,10 +136,9 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
 
 DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   const DataConfig& d = cfg.data;
-  TRAINER_CHECK(d.source == "image_folder" || d.source == "list",
-                "bench-data measures the image-file pipeline: set data.source to image_folder or list");
-  ImageList list = d.source == "list" ? read_list_file(fs::join_path(d.root, d.train_split), d.root)
-                                      : scan_image_folder(fs::join_path(d.root, d.train_split));
+  TRAINER_CHECK(d.source == "image_folder" || d.source == "list" || d.source == "shards",
+                "bench-data measures the image-file pipeline: set data.source to image_folder, list or shards");
+  ImageList list = image_split(d, d.train_split);
   const DataDefaults defaults = create_model(cfg.model, d.image_size)->data_defaults();
   ImageLoaderOptions o = image_loader_options(cfg, defaults, ctx);
   const size_t files = list.samples.size();

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
+#include "data/shards.h"
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
 #include "dist/process_group.h"
@@ -121,7 +122,7 @@ Trainer::~Trainer() = default;
 void Trainer::build_data() {
   const DataConfig& d = cfg_.data;
   const DataDefaults defaults = model_->data_defaults();
-  if (d.source == "image_folder" || d.source == "list") {
+  if (d.source == "image_folder" || d.source == "list" || d.source == "shards") {
     build_image_data(defaults);
     return;
   }
@@ -210,8 +211,9 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
 }
 
 ImageList image_split(const DataConfig& d, const std::string& split) {
-  return d.source == "list" ? read_list_file(fs::join_path(d.root, split), d.root)
-                            : scan_image_folder(fs::join_path(d.root, split));
+  if (d.source == "list") return read_list_file(fs::join_path(d.root, split), d.root);
+  if (d.source == "shards") return scan_shards(fs::join_path(d.root, split));
+  return scan_image_folder(fs::join_path(d.root, split));
 }
 
 void Trainer::build_image_data(const DataDefaults& defaults) {

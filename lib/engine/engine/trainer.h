@@ -36,6 +36,9 @@ struct RunContext {
 
 // The CPU image pipeline's options from a config (shared by training, eval and bench-data).
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
+// The samples of a split of a file-based source (image_folder, list, shards).
+struct ImageList;
+ImageList image_split(const DataConfig& d, const std::string& split);
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
