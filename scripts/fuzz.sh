@@ -2,11 +2,11 @@
 # Real fuzzing with libFuzzer + AddressSanitizer (clang from Debian: apt install clang libclang-rt-14-dev).
 # Builds build-fuzz/ with clang and one fuzz_<target> binary per target, seeds a corpus with the generated seeds
 # (fuzz_smoke writes them), and runs each target for SECONDS (default 60). Crashes land in build-fuzz/crashes/.
-# usage: scripts/fuzz.sh [SECONDS] [TARGET...]     targets: jpeg png idx cifar safetensors checkpoint tfrecord list config
+# usage: scripts/fuzz.sh [SECONDS] [TARGET...]     targets: jpeg png idx cifar safetensors checkpoint tfrecord list tar shard_index config
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(jpeg png idx cifar safetensors checkpoint tfrecord list config)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(jpeg png idx cifar safetensors checkpoint tfrecord list tar shard_index config)
 b="$root/build-fuzz"
 CC=clang CXX=clang++ cmake -S "$root" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINER_LIBFUZZER=ON \
   -DTRAINER_USE_PCH=OFF > /dev/null

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "data/augment.h"
 #include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
@@ -277,6 +278,31 @@ TEST_F(Folder, SameBatchesWithOneOrFourThreads) {
   EXPECT_FALSE(torch::equal(epoch(one, 0)[0], epoch(one, 1)[0]));
 }
 
+TEST_F(Folder, JitterAndErasingKeepThreadIndependenceAndSpareEval) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions o = options(1);
+  o.normalize = true;
+  o.channels_last = false;
+  o.augment.jitter = {0.4, 0.4, 0.4, 0.1};
+  o.augment.erase_prob = 0.5;
+  ImageLoaderOptions o4 = o;
+  o4.workers = 4;
+  ImageLoaderOptions plain = o;
+  plain.augment = AugmentOptions{};
+  ImageLoader one(list.samples, o, torch::kCPU), four(list.samples, o4, torch::kCPU), off(list.samples, plain, torch::kCPU);
+  const auto a = epoch(one, 0), b = epoch(four, 0), c = epoch(off, 0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "batch " << i;
+    EXPECT_FALSE(torch::equal(a[i], c[i])) << "batch " << i << " was not augmented";
+  }
+  o.train = plain.train = false;
+  ImageLoader ea(list.samples, o, torch::kCPU), eb(list.samples, plain, torch::kCPU);
+  const auto x = epoch(ea, 0), y = epoch(eb, 0);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << "eval batch " << i << " augmented";
+}
+
 TEST_F(Folder, BadFilesAreCountedAndReplaced) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir, 3));
@@ -314,6 +340,72 @@ TEST_F(Folder, EvalIsCentreCropResize) {
   const auto [mean, mx] = diff(got.data_ptr<uint8_t>(), ref.data(), ref.size());
   EXPECT_LT(mean, 0.3);
   EXPECT_LE(mx, 4);
+}
+
+// ---- device-side augmentation ----
+
+TEST_F(Images, ColorJitterMatchesTorchvision) {
+  std::ifstream mf(fixture_path("meta.json"));
+  const auto meta = nlohmann::json::parse(mf)["jitter"];
+  const auto shape = meta["shape"].get<std::vector<int64_t>>();
+  auto load = [&](const std::string& f) {
+    const std::string b = test::read_file(fixture_path(f));
+    return torch::from_blob(const_cast<char*>(b.data()), shape, torch::kFloat32).clone();
+  };
+  torch::Tensor x = load("jitter_in.f32");
+  const torch::Tensor want = load("jitter_out.f32");
+  std::vector<float> fv;
+  std::vector<int64_t> ov;
+  for (const auto& r : meta["factors"]) for (double v : r.get<std::vector<double>>()) fv.push_back(static_cast<float>(v));
+  for (const auto& r : meta["orders"]) for (int64_t v : r.get<std::vector<int64_t>>()) ov.push_back(v);
+  color_jitter_(x, torch::tensor(fv).view({4, 4}), torch::tensor(ov).view({4, 4}));
+  const double err = (x - want).abs().max().item<double>();
+  EXPECT_LT(err, 2e-5) << "max abs difference to torchvision " << err;
+}
+
+TEST(Augment, DrawsFollowTorchvisionsRangesAndRepeat) {
+  AugmentOptions o;
+  o.jitter = {0.4, 0.3, 0.2, 0.1};
+  o.erase_prob = 0.25;
+  int erased = 0;
+  std::set<std::vector<int64_t>> orders;
+  const int n = 4000;
+  double area = 0;
+  for (int i = 0; i < n; ++i) {
+    const SampleAugment a = draw_augment(o, 3, 1, i, 40, 60);
+    const SampleAugment b = draw_augment(o, 3, 1, i, 40, 60);
+    ASSERT_EQ(a.factor[0], b.factor[0]);
+    ASSERT_EQ(a.erase[1], b.erase[1]);
+    ASSERT_TRUE(a.factor[0] >= 0.6f && a.factor[0] <= 1.4f && a.factor[1] >= 0.7f && a.factor[1] <= 1.3f &&
+                a.factor[2] >= 0.8f && a.factor[2] <= 1.2f && a.factor[3] >= -0.1f && a.factor[3] <= 0.1f);
+    orders.insert(std::vector<int64_t>(a.order, a.order + 4));
+    if (a.erase[2] > 0) {
+      ++erased;
+      ASSERT_TRUE(a.erase[0] >= 0 && a.erase[0] + a.erase[2] <= 40 && a.erase[1] >= 0 && a.erase[1] + a.erase[3] <= 60);
+      area += double(a.erase[2] * a.erase[3]) / (40 * 60);
+    }
+  }
+  EXPECT_EQ(orders.size(), 24u) << "every order of the four operations occurs";
+  EXPECT_NEAR(erased / double(n), 0.25, 0.03);
+  EXPECT_GT(area / erased, 0.1);  // mean of U(0.02, 0.33) is 0.175, less the boxes that did not fit
+  EXPECT_LT(area / erased, 0.2);
+  EXPECT_NE(draw_augment(o, 4, 1, 7, 40, 60).factor[0], draw_augment(o, 3, 1, 7, 40, 60).factor[0]);
+}
+
+TEST(Augment, ErasingFillsOnlyTheBox) {
+  auto x = torch::rand({2, 3, 8, 10}) + 1.0;
+  auto before = x.clone();
+  auto boxes = torch::tensor({2, 3, 4, 5, 0, 0, 0, 0}, torch::kInt64).view({2, 4});
+  erase_(x, boxes, /*pixel=*/false);
+  using namespace torch::indexing;
+  EXPECT_TRUE(x[0].index({Slice(), Slice(2, 6), Slice(3, 8)}).eq(0).all().item<bool>());
+  auto outside = x[0].clone();
+  outside.index_put_({Slice(), Slice(2, 6), Slice(3, 8)}, before[0].index({Slice(), Slice(2, 6), Slice(3, 8)}));
+  EXPECT_TRUE(torch::equal(outside, before[0]));
+  EXPECT_TRUE(torch::equal(x[1], before[1])) << "h == 0 leaves the sample alone";
+  erase_(x, boxes, /*pixel=*/true);
+  const auto noise = x[0].index({Slice(), Slice(2, 6), Slice(3, 8)});
+  EXPECT_GT(noise.std().item<double>(), 0.5);
 }
 
 // ---- packed shards ----

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fixtures for the data tests, encoded here at test time with Pillow: JPEG variants (baseline, progressive,
 grayscale, CMYK, odd size, EXIF), a PNG with alpha, each with Pillow's decode as the reference (raw RGB), and
-torchvision's antialiased bilinear resizes of a random image as the resize reference.
+torchvision's antialiased bilinear resizes of a random image as the resize reference, and torchvision's
+colour-jitter ops (brightness, contrast, saturation, hue) on float images in given per-sample orders.
 usage: make_images.py OUTDIR
 """
 import json
@@ -53,6 +54,21 @@ def main():
     for (w, h) in [(224, 224), (97, 61), (480, 352)]:
         r = F.resize(t, [h, w], interpolation=F.InterpolationMode.BILINEAR, antialias=True)
         r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_{w}x{h}.rgb")
+    # colour jitter references: torchvision's functional ops on float images, per-sample factors and orders
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(4, 3, 19, 23, generator=g)
+    factors = [[1.3, 0.7, 1.2, 0.1], [0.6, 1.4, 0.5, -0.2], [1.0, 1.0, 1.0, 0.0], [0.9, 1.2, 0.0, 0.45]]
+    orders = [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]]
+    ops = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue]
+    outs = []
+    for i in range(4):
+        y = x[i]
+        for o in orders[i]:
+            y = ops[o](y, factors[i][o])
+        outs.append(y)
+    x.numpy().tofile(f"{out}/jitter_in.f32")
+    torch.stack(outs).numpy().tofile(f"{out}/jitter_out.f32")
+    meta["jitter"] = {"factors": factors, "orders": orders, "shape": list(x.shape)}
     with open(f"{out}/meta.json", "w") as f:
         json.dump(meta, f)
 

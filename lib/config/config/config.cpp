@@ -132,6 +132,17 @@ Schema fields_of(Config& c) {
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
+  s.add_list("data.jitter", &c.data.jitter,
+             "training colour jitter [brightness, contrast, saturation, hue] as torchvision's ColorJitter, per "
+             "sample on the device; empty = off",
+             0, closed(0, 1));
+  s.add_float("data.erase_prob", &c.data.erase_prob, "training random erasing probability (torchvision/timm), 0 = off",
+              closed(0, 1));
+  s.add_list("data.erase_scale", &c.data.erase_scale, "random erasing: range of the erased area fraction", 2,
+             closed(0, 1));
+  s.add_list("data.erase_ratio", &c.data.erase_ratio, "random erasing: range of the box aspect ratio", 2, above(0));
+  s.add_string("data.erase_mode", &c.data.erase_mode, "random erasing fill: 0 (the mean colour) or normal noise",
+               {"const", "pixel"});
 
   s.section_docs["optim"] = "optimizer and learning-rate schedule";
   s.add_string("optim.name", &c.optim.name, "optimizer", {"sgd", "adamw", "lamb"});
@@ -492,6 +503,11 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("data.rrc_scale", "expected [low, high] with low <= high");
   if (c.data.rrc_ratio[0] > c.data.rrc_ratio[1])
     fail("data.rrc_ratio", "expected [low, high] with low <= high");
+  if (!c.data.jitter.empty() && c.data.jitter.size() != 4)
+    fail("data.jitter", str_cat("expected 4 values [brightness, contrast, saturation, hue], got ", c.data.jitter.size()));
+  if (!c.data.jitter.empty() && c.data.jitter[3] > 0.5) fail("data.jitter", "hue must be in [0, 0.5]");
+  if (c.data.erase_scale[0] > c.data.erase_scale[1]) fail("data.erase_scale", "expected [low, high] with low <= high");
+  if (c.data.erase_ratio[0] > c.data.erase_ratio[1]) fail("data.erase_ratio", "expected [low, high] with low <= high");
   for (size_t i = 1; i < c.optim.milestones.size(); ++i)
     if (c.optim.milestones[i] < c.optim.milestones[i - 1]) fail("optim.milestones", "expected increasing epochs");
   if (c.run.name.empty() || c.run.name.find('/') != std::string::npos)

@@ -327,7 +327,16 @@ bool ImageLoader::next(Batch& out) {
     out.images = images;
   } else {
     // (B,S,S,3) viewed as (B,3,S,S) has channels_last strides already
-    torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32).sub_(mean255_).mul_(inv_std255_);
+    torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32);
+    const BatchAugmenter aug(opt_.augment, opt_.seed);
+    BatchAugmenter::Draws draws;
+    const bool augment = opt_.train && aug.enabled();
+    if (augment) {
+      draws = aug.draw(out.indices, epoch_, x.size(2), x.size(3), device_);
+      aug.jitter_255_(x, draws);
+    }
+    x.sub_(mean255_).mul_(inv_std255_);
+    if (augment) aug.erase_(x, draws);
     out.images = opt_.channels_last ? x : x.contiguous();
   }
   out.labels = labels;

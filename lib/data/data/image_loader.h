@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/image_folder.h"
+#include "data/augment.h"
 #include "data/loader.h"
 #include "data/jpeg_decoder.h"
 
@@ -38,6 +39,7 @@ struct ImageLoaderOptions {
   double hflip = 0.5;
   std::vector<double> mean = {0.485, 0.456, 0.406};  // 0..1 scale
   std::vector<double> std = {0.229, 0.224, 0.225};
+  AugmentOptions augment;       // train: colour jitter and random erasing on the device
   bool channels_last = true;
   int workers = 4;              // decode threads
   int prefetch = 4;             // batches decoded ahead (ring slots = prefetch + 1)

@@ -92,6 +92,14 @@ bool MemoryLoader::next(Batch& out) {
   }
   // (B,H,W,C) viewed as (B,C,H,W) is channels_last already
   torch::Tensor x = img.permute({0, 3, 1, 2}).to(torch::kFloat32);
+  const BatchAugmenter aug(opt_.augment, opt_.seed);
+  const bool extra = augment && aug.enabled();
+  const int64_t out_h = opt_.image_size > 0 ? opt_.image_size : H, out_w = opt_.image_size > 0 ? opt_.image_size : W;
+  BatchAugmenter::Draws draws;
+  if (extra) {
+    draws = aug.draw(out.indices, epoch_, out_h, out_w, dev.device());
+    if (x.size(1) == 3) aug.jitter_255_(x, draws);  // colour jitter needs RGB
+  }
   x = x.sub_(mean255_).mul_(inv_std255_);
   if (opt_.image_size > 0 && (opt_.image_size != H || opt_.image_size != W)) {
     x = torch::nn::functional::interpolate(
@@ -100,6 +108,7 @@ bool MemoryLoader::next(Batch& out) {
                .mode(torch::kBilinear)
                .align_corners(false));
   }
+  if (extra) aug.erase_(x, draws);
   out.images = opt_.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x.contiguous();
   out.labels = labels_.index_select(0, idx);
   return true;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/idx.h"
+#include "data/augment.h"
 #include "data/loader.h"
 #include "data/sharding.h"
 
@@ -27,6 +28,7 @@ struct MemoryLoaderOptions {
   int64_t image_size = 0;        // output side; 0 = the stored size (else bilinear resize on the device)
   std::vector<double> mean;      // per channel, 0..1 scale
   std::vector<double> std;
+  AugmentOptions augment;       // train: colour jitter and random erasing on the device
   bool channels_last = true;     // return NHWC-strided (B,C,H,W) tensors
 };
 

@@ -41,6 +41,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+AugmentOptions augment_options(const DataConfig& d) {
+  AugmentOptions a;
+  a.jitter = d.jitter;
+  a.erase_prob = d.erase_prob;
+  a.erase_scale = d.erase_scale;
+  a.erase_ratio = d.erase_ratio;
+  a.erase_pixel = d.erase_mode == "pixel";
+  return a;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg), ctx_(ctx) {
@@ -175,6 +185,9 @@ void Trainer::build_data() {
   o.mean = d.mean.empty() ? defaults.mean : d.mean;
   o.std = d.std.empty() ? defaults.std : d.std;
   o.channels_last = ctx_.device.is_cuda() && cfg_.model.channels_last;
+  o.augment = augment_options(d);
+  TRAINER_CHECK(d.jitter.empty() || cfg_.model.in_chans == 3, "key 'data.jitter': colour jitter needs RGB images, ",
+                "model.in_chans is ", cfg_.model.in_chans);
   const torch::Device data_device = d.on_gpu ? ctx_.device : torch::Device(torch::kCPU);
   train_loader_ = std::make_unique<MemoryLoader>(std::move(train), o, data_device);
   if (have_eval) {
@@ -201,6 +214,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.mean = d.mean.empty() ? defaults.mean : d.mean;
   o.std = d.std.empty() ? defaults.std : d.std;
   o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
+  o.augment = augment_options(d);
   // default: the machine's cores less two, shared by the ranks on it
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
