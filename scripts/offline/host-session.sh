@@ -3,6 +3,7 @@
 #   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
 #   obs (the JPEG run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
+#   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -35,6 +36,30 @@ case "$phase" in
       NO_COMPILE=1 scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
       SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_graph scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
     done
+    ;;
+  shards)  # pack the JPEG set into tar shards (as is, and shrunk to 320 px), bench-data from folder / shards /
+           # with device augmentations, the torch DataLoader in the same call, ResNet-50 end to end from shards
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    { /usr/bin/time -f "%e s wall" $T pack --src data/imagenet_like/train --out data/shards/train;
+      /usr/bin/time -f "%e s wall" $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320; } \
+      > "$out/pack.txt" 2>&1; cat "$out/pack.txt"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
+    $T bench-data "${common[@]}" --out "$out/bench/data_folder.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards \
+      --out "$out/bench/data_shards.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards320 \
+      --out "$out/bench/data_shards320.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set 'data.jitter=[0.4,0.4,0.4,0.1]' --set data.erase_prob=0.25 \
+      --out "$out/bench/data_folder_jitter_erase.json" 2>&1 | grep bench-data
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+      --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
+    $T bench --config configs/imagenet_like.yaml --set data.source=shards --set data.root=data/shards \
+      --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_pipeline_shards.json" 2>&1 | grep "bench resnet50"
+    $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_synthetic_trainer.json" 2>&1 | grep "bench resnet50"
     ;;
   gputest)
     (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?
