@@ -42,9 +42,10 @@ case "$phase" in
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
       --train 4000 --val 500 > "$out/dataset.txt"
     mkdir -p "$out/bench"
-    { /usr/bin/time -f "%e s wall" $T pack --src data/imagenet_like/train --out data/shards/train;
-      /usr/bin/time -f "%e s wall" $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320; } \
-      > "$out/pack.txt" 2>&1; cat "$out/pack.txt"
+    TIMEFORMAT="%R s wall"
+    { time $T pack --src data/imagenet_like/train --out data/shards/train;
+      time $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320; } > "$out/pack.txt" 2>&1
+    cat "$out/pack.txt"
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
     $T bench-data "${common[@]}" --out "$out/bench/data_folder.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards \
