@@ -56,7 +56,7 @@ case "$phase" in
       --out "$out/bench/data_folder_jitter_erase.json" 2>&1 | grep bench-data
     python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
-    $T bench --config configs/imagenet_like.yaml --set data.source=shards --set data.root=data/shards \
+    $T bench --config configs/imagenet_like.yaml --set data.source=shards --set data.root=data/shards --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_pipeline_shards.json" 2>&1 | grep "bench resnet50"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
