@@ -87,12 +87,6 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(Threads REQUIRED)
 
-# ---- git sha, for --version and run metadata ----
-execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-                OUTPUT_VARIABLE TRAINER_GIT_SHA OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT TRAINER_GIT_SHA)
-  set(TRAINER_GIT_SHA "unknown")
-endif()
 
 # ---- one precompiled torch header, reused by every target that includes torch ----
 # Each torch TU costs ~20-40 s without it; the PCH is built once and shared with REUSE_FROM.
