@@ -303,6 +303,31 @@ TEST_F(Folder, JitterAndErasingKeepThreadIndependenceAndSpareEval) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << "eval batch " << i << " augmented";
 }
 
+TEST_F(Folder, RamCacheServesLaterEpochsWithoutTheFiles) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions o = options(3);
+  o.drop_last = false;  // every sample read (and cached) in epoch 0
+  ImageLoader plain(list.samples, o, torch::kCPU);
+  o.cache_gb = 1;
+  ImageLoader cached(list.samples, o, torch::kCPU);
+  const auto e0 = epoch(cached, 0), want0 = epoch(plain, 0);
+  EXPECT_GT(cached.cached_bytes(), 21 * 1000);
+  fs::remove_tree(dir.file("set"));  // later epochs must not touch the disk
+  const auto e1 = epoch(cached, 1);
+  EXPECT_EQ(cached.bad_samples(), 0);
+  for (size_t i = 0; i < e0.size(); ++i) EXPECT_TRUE(torch::equal(e0[i], want0[i])) << "batch " << i;
+  EXPECT_FALSE(torch::equal(e0[0], e1[0]));
+  // a cache too small for the set: the rest comes from disk
+  const auto again = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions tiny = options(2);
+  tiny.cache_gb = 40000.0 / (1 << 30);  // a few files' worth
+  ImageLoader small(again.samples, tiny, torch::kCPU);
+  epoch(small, 0);
+  EXPECT_LE(small.cached_bytes(), 40000);
+  EXPECT_GT(small.cached_bytes(), 0);
+}
+
 TEST_F(Folder, BadFilesAreCountedAndReplaced) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir, 3));

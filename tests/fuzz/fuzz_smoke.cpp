@@ -121,8 +121,21 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::atof(argv[2]);
   std::snprintf(g_crash_path, sizeof(g_crash_path), "fuzz-crash-%s.bin", target->name);
-  rlimit as{16ull << 30, 16ull << 30};
-  ::setrlimit(RLIMIT_AS, &as);
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  constexpr bool kAsan = true;
+#else
+  constexpr bool kAsan = false;
+#endif
+#else
+  constexpr bool kAsan = false;
+#endif
+  if (!kAsan) {  // ASan reserves terabytes of shadow address space; it has its own allocation limits
+    rlimit as{16ull << 30, 16ull << 30};
+    ::setrlimit(RLIMIT_AS, &as);
+  }
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGALRM}) ::signal(sig, on_signal);
   std::set_terminate([] {
     try {

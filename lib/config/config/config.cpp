@@ -132,6 +132,10 @@ Schema fields_of(Config& c) {
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
+  s.add_float("data.cache_gb", &c.data.cache_gb,
+              "image files and shards: keep each file's encoded bytes in RAM after its first read (later epochs read "
+              "no disk), at most this many GiB; 0 = off",
+              at_least(0));
   s.add_list("data.jitter", &c.data.jitter,
              "training colour jitter [brightness, contrast, saturation, hue] as torchvision's ColorJitter, per "
              "sample on the device; empty = off",

@@ -78,6 +78,10 @@ void read_sample(const ImageSample& s, std::vector<uint8_t>& buf) {
 ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
+  if (opt_.cache_gb > 0) {
+    cache_.reset(new std::atomic<const std::vector<uint8_t>*>[samples_.size()]);
+    for (size_t i = 0; i < samples_.size(); ++i) cache_[i].store(nullptr, std::memory_order_relaxed);
+  }
   TRAINER_CHECK(opt_.mean.size() == 3 && opt_.std.size() == 3, "image sources are RGB: mean/std need 3 values");
   const int64_t S = opt_.image_size, B = opt_.batch_size;
   const int ring = std::max(2, opt_.prefetch + 1);
@@ -112,6 +116,8 @@ ImageLoader::~ImageLoader() {
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  if (cache_)
+    for (size_t i = 0; i < samples_.size(); ++i) delete cache_[i].load();
 }
 
 void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
@@ -214,13 +220,35 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   const ImageSample& s = samples_[static_cast<size_t>(index)];
   const int S = static_cast<int>(opt_.image_size);
   auto t0 = Clock::now();
-  read_sample(s, file);
+  const std::vector<uint8_t>* bytes = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire)
+                                             : nullptr;
+  if (!bytes) {
+    read_sample(s, file);
+    bytes = &file;
+    if (cache_) {
+      const int64_t budget = static_cast<int64_t>(opt_.cache_gb * (1 << 30));
+      if (cache_bytes_.fetch_add(static_cast<int64_t>(file.size())) + static_cast<int64_t>(file.size()) <= budget) {
+        auto* copy = new std::vector<uint8_t>(file);
+        const std::vector<uint8_t>* expected = nullptr;
+        if (!cache_[static_cast<size_t>(index)].compare_exchange_strong(expected, copy, std::memory_order_release)) {
+          delete copy;  // another thread cached it first
+          cache_bytes_.fetch_sub(static_cast<int64_t>(file.size()));
+        }
+      } else {
+        cache_bytes_.fetch_sub(static_cast<int64_t>(file.size()));
+        if (!cache_full_logged_.exchange(true))
+          log::warn("data.cache_gb: the cache is full at ", opt_.cache_gb, " GiB; further samples are read from disk");
+      }
+    }
+  }
   read_ns_.fetch_add(ns_since(t0));
   const std::string name = s.name();
+  const uint8_t* data = bytes->data();
+  const size_t size = bytes->size();
 
   t0 = Clock::now();
   int w = 0, h = 0;
-  read_image_size(jpeg, file.data(), file.size(), name, &w, &h);
+  read_image_size(jpeg, data, size, name, &w, &h);
   TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, name, ": implausible size ", w, "x", h);
   Rect win;
   bool flip = false;
@@ -232,12 +260,12 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     win = center_crop_window(w, h, S, opt_.crop_pct);
   }
   Rect region;
-  if (sniff_format(file.data(), file.size()) == ImageFormat::jpeg) {
+  if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecodeOptions o;
     o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
     o.crop = opt_.crop_decode;
     o.window = win;
-    jpeg.decode(file.data(), file.size(), o, img, name);
+    jpeg.decode(data, size, o, img, name);
     const int d = o.scale_denom;
     if (o.crop) {
       // the decoder returned the window rounded outwards to whole scaled pixels
@@ -254,7 +282,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     region.w = std::min(region.w, img.width - region.x);
     region.h = std::min(region.h, img.height - region.y);
   } else {
-    decode_png(file.data(), file.size(), img, name);
+    decode_png(data, size, img, name);
     region = win;
   }
   decode_ns_.fetch_add(ns_since(t0));

@@ -46,6 +46,7 @@ struct ImageLoaderOptions {
   bool dct_scale = true;        // decode at 1/2, 1/4, 1/8 when the crop allows
   bool crop_decode = true;      // decode only the crop window
   bool normalize = true;        // false: next() returns the raw uint8 NHWC batch (bench-data, tests)
+  double cache_gb = 0;          // > 0: keep the encoded files in RAM after their first read, up to this many GiB
 };
 
 // Time spent per stage, summed over threads (nanoseconds), and counts.
@@ -68,6 +69,7 @@ class ImageLoader : public Loader {
   int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
   double copy_seconds() const override { return copy_ns_.load() * 1e-9; }
   StageTotals stage_totals() const;
+  int64_t cached_bytes() const { return cache_bytes_.load(); }  // data.cache_gb: bytes held
 
  private:
   struct Slot;
@@ -100,6 +102,10 @@ class ImageLoader : public Loader {
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
+  // cache_gb: each sample's encoded bytes after the first read, published once (lock-free); owned here
+  std::unique_ptr<std::atomic<const std::vector<uint8_t>*>[]> cache_;
+  std::atomic<int64_t> cache_bytes_{0};
+  std::atomic<bool> cache_full_logged_{false};
 };
 
 }  // namespace trainer

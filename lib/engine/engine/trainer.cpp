@@ -221,6 +221,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.prefetch = static_cast<int>(d.prefetch);
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
+  o.cache_gb = d.cache_gb;
   return o;
 }
 
