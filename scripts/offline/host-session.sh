@@ -3,6 +3,7 @@
 #   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
 #   obs (the JPEG run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
+#   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
@@ -61,6 +62,26 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_pipeline_shards.json" 2>&1 | grep "bench resnet50"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_synthetic_trainer.json" 2>&1 | grep "bench resnet50"
+    ;;
+  gpudecode)  # data.decode gpu (nvJPEG) against the CPU pipeline in the same call, and ResNet-50 end to end
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
+    $T bench-data "${common[@]}" --out "$out/bench/data_cpu.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.workers=4 --out "$out/bench/data_cpu_4threads.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.decode=gpu --set data.workers=4 --out "$out/bench/data_gpu.json" 2>&1 \
+      | grep -E "bench-data|error"
+    $T bench-data "${common[@]}" --set data.decode=auto --set data.workers=4 --out "$out/bench/data_auto.json" 2>&1 \
+      | grep -E "auto|bench-data|error"
+    $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
+      --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_pipeline_gpudecode.json" 2>&1 | grep -E "bench resnet50|error"
+    $T bench --config configs/imagenet_like.yaml --set data.workers=4 --set data.eval_split= \
+      --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_pipeline_cpu4.json" 2>&1 | grep -E "bench resnet50|error"
+    $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
     ;;
   gputest)
     (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?

@@ -4,7 +4,10 @@
 #include <torch/torch.h>
 
 #include "core/fs.h"
+#include "data/gpu_jpeg.h"
 #include "data/image_folder.h"
+#include "data/image_ops.h"
+#include "data/jpeg_decoder.h"
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
 #include "test_support/test_support.h"
@@ -208,6 +211,112 @@ TEST(Gpu, ImageLoaderBatchesSurviveQueuedComputeWork) {
       EXPECT_TRUE(torch::allclose(a.images, b.images.cpu(), 1e-5, 1e-5));
     }
     EXPECT_FALSE(gpu.next(b));
+  }
+}
+
+
+// ---- data.decode: gpu ----
+
+#define REQUIRE_NVJPEG()                                                                     \
+  REQUIRE_GPU();                                                                             \
+  if (!gpu_decode_available()) GTEST_SKIP() << "this build has no nvJPEG"
+
+TEST(GpuDecode, NvjpegPixelsMatchTheCpuDecoder) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  torch::Device dev(torch::kCUDA, 0);
+  GpuJpegDecoder gpu(dev);
+  std::vector<std::string> names = {"baseline", "odd", "exif", "gray", "progressive", "cmyk"};
+  std::vector<std::string> bytes;
+  for (const auto& n : names) bytes.push_back(test::read_file(fx + "/" + n + ".jpg"));
+  std::vector<std::pair<const uint8_t*, size_t>> in;
+  for (const auto& b : bytes) in.push_back({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+  const auto out = gpu.decode(in);
+  torch::cuda::synchronize();
+  ASSERT_EQ(out.size(), names.size());
+  int decoded = 0;
+  JpegDecoder cpu;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!out[i].defined()) {
+      std::printf("  %s: not taken by nvJPEG (%s backend): CPU fallback\n", names[i].c_str(),
+                  gpu.hardware() ? "hardware" : "default");
+      continue;
+    }
+    ++decoded;
+    RgbImage ref;
+    cpu.decode(reinterpret_cast<const uint8_t*>(bytes[i].data()), bytes[i].size(), JpegDecodeOptions{}, ref, names[i]);
+    const auto want = torch::from_blob(ref.pixels.data(), {ref.height, ref.width, 3}, torch::kUInt8).to(torch::kFloat32);
+    ASSERT_EQ(out[i].sizes(), want.sizes()) << names[i];
+    const auto diff = (out[i].cpu().to(torch::kFloat32) - want).abs();
+    const double mean = diff.mean().item<double>();
+    std::printf("  %s: nvJPEG vs libjpeg-turbo mean |diff| %.3f, max %.0f\n", names[i].c_str(), mean,
+                diff.max().item<double>());
+    EXPECT_LT(mean, 2.0) << names[i] << ": nvJPEG and libjpeg-turbo differ by more than IDCT/upsampling rounding";
+  }
+  EXPECT_GE(decoded, 3) << "baseline, odd and exif JPEGs are plain baseline files";
+  EXPECT_FALSE(out[5].defined()) << "CMYK goes to the CPU decoder";
+}
+
+// The GPU path gives the CPU path's batches: same order, labels, crop boxes and flips, pixels within the
+// difference of the two resize implementations; PNG, CMYK and corrupt files go through the fallback.
+TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  test::TempDir dir;
+  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg", "cmyk.jpg", "alpha.png", "baseline.jpg"};
+  for (int c = 0; c < 3; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    for (int i = 0; i < 6; ++i) {
+      const std::string ext = std::string(src[i]).substr(std::string(src[i]).find('.'));
+      test::write_file(d + "/" + std::to_string(i) + ext, test::read_file(fx + "/" + src[i]));
+    }
+  }
+  test::write_file(dir.file("set/c0/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
+  const auto list = scan_image_folder(dir.file("set"));
+  torch::Device dev(torch::kCUDA, 0);
+  for (const bool train : {false, true}) {
+    ImageLoaderOptions o;
+    o.batch_size = 8;
+    o.image_size = 48;
+    o.workers = 3;
+    o.train = train;
+    o.drop_last = false;
+    o.dct_scale = false;  // the GPU path resizes from the full image
+    o.crop_decode = false;
+    o.seed = 17;
+    o.channels_last = false;
+    ImageLoader cpu(list.samples, o, dev);
+    GpuImageLoader gpu(list.samples, o, dev);
+    for (int64_t e : {0, 1}) {
+      cpu.set_epoch(e);
+      gpu.set_epoch(e);
+      Batch a, b;
+      int batches = 0;
+      while (cpu.next(a)) {
+        ASSERT_TRUE(gpu.next(b));
+        ++batches;
+        ASSERT_EQ(a.images.sizes(), b.images.sizes());
+        for (int64_t i = 0; i < a.images.size(0); ++i) {
+          if (a.indices[static_cast<size_t>(i)] != b.indices[static_cast<size_t>(i)]) continue;  // a bad file replaced
+          const double d = (a.images[i] - b.images[i]).abs().mean().item<double>();
+          EXPECT_LT(d, 0.08) << (train ? "train" : "eval") << " epoch " << e << " sample "
+                             << list.samples[static_cast<size_t>(a.indices[static_cast<size_t>(i)])].path
+                             << ": mean |diff| " << d << " (normalised units)";
+        }
+        EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu()) ||
+                    a.indices != b.indices);  // replacements may differ between the paths
+      }
+      EXPECT_FALSE(gpu.next(b));
+      EXPECT_GT(batches, 1);
+    }
+    const GpuDecodeStats st = gpu.stats();
+    EXPECT_GT(st.gpu, 0);
+    EXPECT_GE(st.cpu_fallback, 6 * 2) << "CMYK and PNG files go to the CPU decoder";
+    EXPECT_GE(st.bad, 1) << "the corrupt file is replaced";
+    std::printf("  %s: %lld by nvJPEG (%s), %lld by the CPU fallback, %lld replaced\n", train ? "train" : "eval",
+                static_cast<long long>(st.gpu), gpu.hardware() ? "hardware engines" : "default backend",
+                static_cast<long long>(st.cpu_fallback), static_cast<long long>(st.bad));
   }
 }
 

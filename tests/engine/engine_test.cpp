@@ -12,6 +12,8 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/strings.h"
+#include "data/image_loader.h"
+#include "data/jpeg_decoder.h"
 #include "engine/amp.h"
 #include "engine/mix.h"
 #include "engine/optimizer.h"
@@ -310,6 +312,33 @@ TEST(Schedule, LinearScalingRule) {
   o.lr_base_batch = 256;
   EXPECT_DOUBLE_EQ(scaled_lr(o, 1024), 0.4);
   EXPECT_DOUBLE_EQ(scaled_lr(o, 128), 0.05);
+}
+
+TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
+  test::TempDir dir;
+  RgbImage img;
+  img.width = 40;
+  img.height = 30;
+  img.pixels.assign(40 * 30 * 3, 90);
+  std::vector<uint8_t> jpg;
+  encode_jpeg(img, 90, jpg, "test");
+  std::vector<ImageSample> samples;
+  for (int i = 0; i < 6; ++i) {
+    ImageSample s;
+    s.path = dir.file(std::to_string(i) + ".jpg");
+    test::write_file(s.path, std::string(jpg.begin(), jpg.end()));
+    samples.push_back(s);
+  }
+  ImageLoaderOptions o;
+  o.batch_size = 2;
+  o.image_size = 16;
+  o.workers = 1;
+  EXPECT_THROW(make_image_loader(samples, o, "gpu", torch::kCPU), ConfigError);
+  std::string why;
+  auto l = make_image_loader(samples, o, "auto", torch::kCPU, &why);
+  EXPECT_NE(dynamic_cast<ImageLoader*>(l.get()), nullptr);
+  EXPECT_NE(why.find("cpu (no GPU)"), std::string::npos) << why;
+  EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
 }
 
 TEST(CudaGraphConfig, RefusedWithoutCudaOrWithAccumulation) {

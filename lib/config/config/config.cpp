@@ -132,6 +132,11 @@ Schema fields_of(Config& c) {
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
+  s.add_string("data.decode", &c.data.decode,
+               "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
+               "engines where present) with crop, resize and flip on the GPU; auto = time both on a few batches at "
+               "start-up and keep the faster",
+               {"cpu", "gpu", "auto"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each file's encoded bytes in RAM after its first read (later epochs read "
               "no disk), at most this many GiB; 0 = off",

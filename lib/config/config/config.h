@@ -61,6 +61,7 @@ struct DataConfig {
   int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
+  std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (measured)
   double cache_gb = 0.0;              // image files: keep encoded bytes in RAM after the first read, up to N GiB
   std::vector<double> jitter;         // colour jitter {brightness, contrast, saturation, hue}, empty = off
   double erase_prob = 0.0;            // random erasing probability, 0 = off

@@ -25,7 +25,12 @@ ImageList scan_image_folder(const std::string& root) {
     const std::string dir = fs::join_path(root, out.classes[c]);
     size_t before = out.samples.size();
     for (const auto& f : fs::list_dir(dir))
-      if (is_image_name(f)) out.samples.push_back({fs::join_path(dir, f), static_cast<int64_t>(c)});
+      if (is_image_name(f)) {
+        ImageSample smp;
+        smp.path = fs::join_path(dir, f);
+        smp.label = static_cast<int64_t>(c);
+        out.samples.push_back(std::move(smp));
+      }
     TRAINER_CHECK(out.samples.size() > before, "class folder ", dir, " holds no .jpg/.jpeg/.png file");
   }
   return out;
@@ -52,7 +57,10 @@ ImageList read_list_file(const std::string& list_path, const std::string& root) 
     }
     TRAINER_CHECK(label >= 0, list_path, ":", lineno, ": label must be a non-negative integer, got '",
                   line.substr(comma + 1), "'");
-    out.samples.push_back({fs::join_path(root, trim(line.substr(0, comma))), label});
+    ImageSample smp;
+    smp.path = fs::join_path(root, trim(line.substr(0, comma)));
+    smp.label = label;
+    out.samples.push_back(std::move(smp));
   }
   TRAINER_CHECK(!out.samples.empty(), "list file ", list_path, " names no samples");
   return out;

@@ -57,8 +57,9 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
   TRAINER_CHECK(got == buf.size(), path, ": short read");
 }
 
-// A file, or a shard member's byte range (one pread).
-void read_sample(const ImageSample& s, std::vector<uint8_t>& buf) {
+}  // namespace
+
+void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf) {
   if (s.offset < 0) return read_file(s.path, buf);
   TRAINER_CHECK(s.size <= (int64_t(1) << 30), s.name(), ": implausible size ", s.size);
   const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -73,7 +74,7 @@ void read_sample(const ImageSample& s, std::vector<uint8_t>& buf) {
   ::close(fd);
   TRAINER_CHECK(done == buf.size(), s.name(), ": short read (the shard is shorter than its index says)");
 }
-}  // namespace
+
 
 ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device) {
@@ -223,7 +224,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   const std::vector<uint8_t>* bytes = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire)
                                              : nullptr;
   if (!bytes) {
-    read_sample(s, file);
+    read_sample_bytes(s, file);
     bytes = &file;
     if (cache_) {
       const int64_t budget = static_cast<int64_t>(opt_.cache_gb * (1 << 30));

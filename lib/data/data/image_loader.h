@@ -54,6 +54,9 @@ struct StageTotals {
   int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
 };
 
+// A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
+void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
+
 class ImageLoader : public Loader {
  public:
   ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);

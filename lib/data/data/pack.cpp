@@ -28,13 +28,6 @@ int64_t parse_int(const std::string& opt, const std::string& v, int64_t lo, int6
   return x;
 }
 
-std::string ext_of(const std::string& path) {
-  const size_t dot = path.rfind('.');
-  std::string e = dot == std::string::npos ? "" : path.substr(dot + 1);
-  for (auto& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return e == "jpeg" ? "jpg" : e;
-}
-
 struct Packed {
   std::vector<uint8_t> bytes;
   std::string ext;

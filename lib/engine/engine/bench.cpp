@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "data/gpu_jpeg.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "dist/process_group.h"
@@ -142,7 +143,13 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   const DataDefaults defaults = create_model(cfg.model, d.image_size)->data_defaults();
   ImageLoaderOptions o = image_loader_options(cfg, defaults, ctx);
   const size_t files = list.samples.size();
-  ImageLoader loader(std::move(list.samples), o, ctx.device);
+  std::string why;
+  std::unique_ptr<Loader> owned = make_image_loader(std::move(list.samples), o, d.decode, ctx.device, &why);
+  if (!why.empty()) log::info(why);
+  Loader& loader = *owned;
+  auto* cpu_loader = dynamic_cast<ImageLoader*>(owned.get());
+  auto* gpu_loader = dynamic_cast<GpuImageLoader*>(owned.get());
+  auto totals = [&] { return cpu_loader ? cpu_loader->stage_totals() : StageTotals{}; };
   const int64_t per_epoch = loader.batches_per_epoch();
   TRAINER_CHECK(per_epoch > cfg.bench.warmup_steps, "the training split has ", per_epoch,
                 " batches: fewer than bench.warmup_steps + 1");
@@ -156,7 +163,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   };
   for (int64_t i = 0; i < cfg.bench.warmup_steps; ++i) next();
   synchronize(ctx.device);
-  const StageTotals s0 = loader.stage_totals();
+  const StageTotals s0 = totals();
   const auto t0 = std::chrono::steady_clock::now();
   int64_t images = 0;
   for (int64_t i = 0; i < cfg.bench.steps; ++i) {
@@ -165,7 +172,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   }
   synchronize(ctx.device);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const StageTotals s1 = loader.stage_totals();
+  const StageTotals s1 = totals();
   DataBenchResult r;
   r.workers = o.workers;
   r.img_per_s = images / sec;
@@ -184,14 +191,24 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["batches"] = cfg.bench.steps;
   j["img_per_s"] = r.img_per_s;
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
-  j["bad_samples"] = s1.bad;
+  j["bad_samples"] = loader.bad_samples();
+  j["decode"] = gpu_loader ? (gpu_loader->hardware() ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
+  if (gpu_loader)
+    j["gpu_decode"] = {{"nvjpeg", gpu_loader->stats().gpu}, {"cpu_fallback", gpu_loader->stats().cpu_fallback}};
   j["env"] = {{"gpu", env.gpus.empty() ? "none" : env.gpus[0].name}, {"cpu_threads", std::thread::hardware_concurrency()},
               {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
-  log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
-                      "resize+flip %.0f us",
-                      r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us));
+  if (gpu_loader)
+    log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG, %lld by the CPU "
+                        "fallback",
+                        r.img_per_s, gpu_loader->hardware() ? "hardware engines" : "nvJPEG", r.workers,
+                        static_cast<long long>(gpu_loader->stats().gpu),
+                        static_cast<long long>(gpu_loader->stats().cpu_fallback)));
+  else
+    log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
+                        "resize+flip %.0f us",
+                        r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us));
   return r;
 }
 

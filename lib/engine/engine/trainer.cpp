@@ -17,6 +17,7 @@
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/shards.h"
+#include "data/gpu_jpeg.h"
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
 #include "dist/process_group.h"
@@ -225,6 +226,55 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   return o;
 }
 
+std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
+                                          const std::string& decode, torch::Device device, std::string* why) {
+  auto say = [&](const std::string& s) {
+    if (why) *why = s;
+  };
+  if (decode == "gpu") {
+    if (!gpu_decode_available()) throw ConfigError("key 'data.decode': gpu, but this build has no nvJPEG");
+    if (!device.is_cuda()) throw ConfigError("key 'data.decode': gpu needs run.device cuda");
+    say("data.decode gpu: nvJPEG");
+    return std::make_unique<GpuImageLoader>(std::move(samples), o, device);
+  }
+  if (decode == "auto") {
+    if (!device.is_cuda() || !gpu_decode_available()) {
+      say(str_cat("data.decode auto: cpu (", device.is_cuda() ? "this build has no nvJPEG" : "no GPU", ")"));
+      return std::make_unique<ImageLoader>(std::move(samples), o, device);
+    }
+    // time each path on the same few batches (after one untimed batch), pipeline alone
+    auto rate = [&](Loader& l) {
+      Batch b;
+      l.set_epoch(0);
+      const int64_t n = std::min<int64_t>(4, l.batches_per_epoch() - 1);
+      if (n < 1) return 0.0;
+      l.next(b);
+      synchronize(device);
+      const auto t0 = Clock::now();
+      int64_t images = 0;
+      for (int64_t i = 0; i < n && l.next(b); ++i) images += b.labels.size(0);
+      synchronize(device);
+      return images / std::max(seconds_since(t0), 1e-9);
+    };
+    double cpu_rate = 0, gpu_rate = 0;
+    {
+      ImageLoader cpu(samples, o, device);
+      cpu_rate = rate(cpu);
+    }
+    auto gpu = std::make_unique<GpuImageLoader>(samples, o, device);
+    gpu_rate = rate(*gpu);
+    const bool use_gpu = gpu_rate > cpu_rate;
+    say(strprintf("data.decode auto: %s (pipeline alone on a few batches: gpu %.0f img/s%s, cpu %.0f img/s with %d "
+                  "threads)",
+                  use_gpu ? "gpu" : "cpu", gpu_rate, gpu->hardware() ? " on the hardware JPEG engines" : "", cpu_rate,
+                  o.workers));
+    if (use_gpu) return gpu;
+    gpu.reset();
+    return std::make_unique<ImageLoader>(std::move(samples), o, device);
+  }
+  return std::make_unique<ImageLoader>(std::move(samples), o, device);
+}
+
 ImageList image_split(const DataConfig& d, const std::string& split) {
   if (d.source == "list") return read_list_file(fs::join_path(d.root, split), d.root);
   if (d.source == "shards") return scan_shards(fs::join_path(d.root, split));
@@ -248,14 +298,17 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
   ImageLoaderOptions o = image_loader_options(cfg_, defaults, ctx_);
   if (d.train_crop == "none") o.rrc_scale = {1.0, 1.0}, o.rrc_ratio = {0.0001, 10000.0};
   const torch::Device dev = ctx_.device;
-  train_loader_ = std::make_unique<ImageLoader>(std::move(train.samples), o, dev);
+  std::string why;
+  train_loader_ = make_image_loader(std::move(train.samples), o, d.decode, dev, &why);
+  if (!why.empty() && ctx_.rank == 0) log::info(why);
   if (!d.eval_split.empty()) {
     ImageList eval = image_split(d, d.eval_split);
     limit(eval, d.eval_limit);
     ImageLoaderOptions e = o;
     e.train = false;
     e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
-    eval_loader_ = std::make_unique<ImageLoader>(std::move(eval.samples), e, dev);
+    const bool gpu = dynamic_cast<GpuImageLoader*>(train_loader_.get()) != nullptr;
+    eval_loader_ = make_image_loader(std::move(eval.samples), e, gpu ? "gpu" : "cpu", dev);
   }
 }
 

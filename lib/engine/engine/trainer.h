@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -36,6 +37,11 @@ struct RunContext {
 
 // The CPU image pipeline's options from a config (shared by training, eval and bench-data).
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
+// The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (both timed on a
+// few batches, the faster kept; the choice and the figures are logged). `why` (optional) gets that sentence.
+struct ImageSample;
+std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
+                                          const std::string& decode, torch::Device device, std::string* why = nullptr);
 // The samples of a split of a file-based source (image_folder, list, shards).
 struct ImageList;
 ImageList image_split(const DataConfig& d, const std::string& split);

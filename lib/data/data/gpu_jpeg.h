@@ -1,0 +1,76 @@
+// The GPU decode path (data.decode: gpu): nvJPEG batched decode -- on the GPU's hardware JPEG engines where the
+// device has them (A100, H100, H200), else nvJPEG's default backend -- then RandomResizedCrop + flip (or the eval
+// centre crop), antialiased bilinear resize and normalisation for the whole batch on the device. The crop boxes
+// come from the same (seed, epoch, index) draws as the CPU path. What nvJPEG's batched decoder does not take
+// (PNG, CMYK, progressive on the hardware engine, corrupt files) is decoded per sample by the CPU decoder and
+// counted. Decode runs on its own stream; the batch is handed to the compute stream with an event.
+// Built when nvJPEG is found (the CUDA toolkit's or the nvidia-nvjpeg wheel's); elsewhere gpu_decode_available()
+// is false and asking for data.decode: gpu is a clear error.
+#pragma once
+#include <torch/types.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/image_folder.h"
+#include "data/image_loader.h"
+#include "data/loader.h"
+
+namespace trainer {
+
+bool gpu_decode_available();  // built with nvJPEG
+
+// Decodes JPEG bytes to (H, W, 3) uint8 tensors on the device, batched. Entries nvJPEG cannot decode come back
+// undefined (the caller decodes them on the CPU).
+class GpuJpegDecoder {
+ public:
+  explicit GpuJpegDecoder(torch::Device device);
+  ~GpuJpegDecoder();
+  GpuJpegDecoder(const GpuJpegDecoder&) = delete;
+  GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
+  bool hardware() const;  // the hardware JPEG engines are in use
+  // Queued on the current CUDA stream; the host data must stay valid until the call returns.
+  std::vector<torch::Tensor> decode(const std::vector<std::pair<const uint8_t*, size_t>>& files);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  torch::Device device_;
+};
+
+struct GpuDecodeStats {
+  int64_t gpu = 0, cpu_fallback = 0, bad = 0;  // samples decoded by nvJPEG, by the CPU decoder, replaced
+};
+
+// A Loader over image files/shards with GPU decode. `opt.workers` threads read files (and decode fallbacks);
+// output as ImageLoader's: normalised float (B,3,S,S) on the device, channels_last when asked.
+class GpuImageLoader : public Loader {
+ public:
+  GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);
+  ~GpuImageLoader() override;
+  void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
+  bool next(Batch& out) override;
+  int64_t bad_samples() const override { return stats_.bad; }
+  GpuDecodeStats stats() const { return stats_; }
+  bool hardware() const;
+  // The crop window of sample `index` in epoch `epoch` on a w x h image (what the CPU path uses too).
+  Rect window(int64_t index, int64_t epoch, int w, int h, bool* flip) const;
+
+ private:
+  struct Pool;
+  std::vector<ImageSample> samples_;
+  ImageLoaderOptions opt_;
+  torch::Device device_;
+  std::unique_ptr<GpuJpegDecoder> decoder_;
+  std::unique_ptr<Pool> pool_;
+  std::vector<int64_t> order_;
+  int64_t epoch_ = 0, cursor_ = 0, total_ = 0;
+  torch::Tensor mean255_, inv_std255_;
+  GpuDecodeStats stats_;
+};
+
+}  // namespace trainer
