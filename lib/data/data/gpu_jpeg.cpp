@@ -154,13 +154,89 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   set_epoch(0);
 }
 
+struct GpuImageLoader::Ready {
+  Batch batch;
+  std::shared_ptr<void> done;  // at::cuda::CUDAEvent recorded on the side stream after the batch's last kernel
+};
+
 GpuImageLoader::~GpuImageLoader() {
+  stop();
   if (pool_->pending.valid()) pool_->pending.wait();
+}
+
+GpuDecodeStats GpuImageLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void GpuImageLoader::start() {
+  stop_ = finished_ = false;
+  error_ = nullptr;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void GpuImageLoader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  queue_.clear();
+}
+
+void GpuImageLoader::loop() {
+#ifdef TRAINER_WITH_NVJPEG
+  c10::cuda::CUDAGuard device_guard(device_.index());
+#endif
+  const size_t depth = static_cast<size_t>(std::max(1, opt_.prefetch));
+  try {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < depth; });
+        if (stop_) return;
+      }
+      auto r = std::make_unique<Ready>();
+      const bool more = produce(r->batch, r->done);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (more) queue_.push_back(std::move(r));
+      else finished_ = true;
+      cv_.notify_all();
+      if (!more) return;
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+bool GpuImageLoader::next(Batch& out) {
+  std::unique_ptr<Ready> r;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || finished_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+    if (queue_.empty()) return false;
+    r = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  cv_.notify_all();
+#ifdef TRAINER_WITH_NVJPEG
+  const auto main = c10::cuda::getCurrentCUDAStream(device_.index());
+  static_cast<at::cuda::CUDAEvent*>(r->done.get())->block(main);
+  r->batch.images.record_stream(main);
+  r->batch.labels.record_stream(main);
+#endif
+  out = std::move(r->batch);
+  return true;
 }
 
 bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
 
 void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
+  stop();
   if (pool_->pending.valid()) pool_->pending.wait();
   pool_->pending = {};
   pool_->pending_cursor = -1;
@@ -170,6 +246,7 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   const int64_t n = static_cast<int64_t>(order_.size());
   total_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
   cursor_ = std::min(total_, start_batch * opt_.batch_size);
+  start();
 }
 
 int64_t GpuImageLoader::batches_per_epoch() const {
@@ -186,7 +263,7 @@ Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* fl
   return r;
 }
 
-bool GpuImageLoader::next(Batch& out) {
+bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
 #ifdef TRAINER_WITH_NVJPEG
   if (cursor_ >= total_) return false;
   const int64_t B = std::min(opt_.batch_size, total_ - cursor_);
@@ -213,7 +290,6 @@ bool GpuImageLoader::next(Batch& out) {
     pool_->pending = std::async(std::launch::async, read_batch, cursor_, nb);
   }
 
-  const auto main = c10::cuda::getCurrentCUDAStream(device_.index());
   const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
   const int64_t S = opt_.image_size;
   torch::Tensor x, labels;
@@ -252,9 +328,9 @@ bool GpuImageLoader::next(Batch& out) {
       img[static_cast<size_t>(fallback[k])] =
           torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8)
               .to(device_, /*non_blocking=*/false);
-      ++stats_.cpu_fallback;
     }
-    stats_.gpu += B - static_cast<int64_t>(fallback.size());
+    int64_t fallbacks = 0, replaced = 0;
+    for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
     // a sample that failed everywhere takes the place (and label) of the next good one in the batch
     std::vector<int64_t> label(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
@@ -264,7 +340,7 @@ bool GpuImageLoader::next(Batch& out) {
       if (src != i) {
         img[static_cast<size_t>(i)] = img[static_cast<size_t>(src)];
         out.indices[static_cast<size_t>(i)] = out.indices[static_cast<size_t>(src)];
-        ++stats_.bad;
+        ++replaced;
       }
       label[static_cast<size_t>(i)] = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].label;
     }
@@ -291,17 +367,20 @@ bool GpuImageLoader::next(Batch& out) {
     x.sub_(mean255_).mul_(inv_std255_);
     if (augment) aug.erase_(x, draws);
     if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.gpu += B - static_cast<int64_t>(fallback.size());
+    stats_.cpu_fallback += fallbacks;
+    stats_.bad += replaced;
   }
-  at::cuda::CUDAEvent done;
-  done.record(side);
-  done.block(main);
-  x.record_stream(main);
-  labels.record_stream(main);
+  auto done = std::make_shared<at::cuda::CUDAEvent>();
+  done->record(side);
+  done_event = done;
   out.images = x;
   out.labels = labels;
   return true;
 #else
   (void)out;
+  (void)done_event;
   TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG");
 #endif
 }

@@ -10,6 +10,11 @@
 #include <torch/types.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,8 +49,10 @@ struct GpuDecodeStats {
   int64_t gpu = 0, cpu_fallback = 0, bad = 0;  // samples decoded by nvJPEG, by the CPU decoder, replaced
 };
 
-// A Loader over image files/shards with GPU decode. `opt.workers` threads read files (and decode fallbacks);
-// output as ImageLoader's: normalised float (B,3,S,S) on the device, channels_last when asked.
+// A Loader over image files/shards with GPU decode. A producer thread prepares up to `opt.prefetch` batches
+// ahead (its host work -- nvJPEG submission, one resize launch per sample -- stays off the training thread);
+// `opt.workers` threads read files and decode fallbacks. Output as ImageLoader's: normalised float (B,3,S,S) on
+// the device, channels_last when asked; the compute stream waits on each batch's event.
 class GpuImageLoader : public Loader {
  public:
   GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);
@@ -54,14 +61,20 @@ class GpuImageLoader : public Loader {
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
   bool next(Batch& out) override;
-  int64_t bad_samples() const override { return stats_.bad; }
-  GpuDecodeStats stats() const { return stats_; }
+  int64_t bad_samples() const override { return stats().bad; }
+  GpuDecodeStats stats() const;
   bool hardware() const;
   // The crop window of sample `index` in epoch `epoch` on a w x h image (what the CPU path uses too).
   Rect window(int64_t index, int64_t epoch, int w, int h, bool* flip) const;
 
  private:
   struct Pool;
+  struct Ready;
+  bool produce(Batch& out, std::shared_ptr<void>& done_event);  // the next batch of the epoch, queued on a side stream
+  void start();
+  void stop();
+  void loop();
+
   std::vector<ImageSample> samples_;
   ImageLoaderOptions opt_;
   torch::Device device_;
@@ -70,6 +83,13 @@ class GpuImageLoader : public Loader {
   std::vector<int64_t> order_;
   int64_t epoch_ = 0, cursor_ = 0, total_ = 0;
   torch::Tensor mean255_, inv_std255_;
+  // ---- producer thread and its queue, guarded by mu_ ----
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Ready>> queue_;
+  bool stop_ = false, finished_ = false;
+  std::exception_ptr error_;
   GpuDecodeStats stats_;
 };
 
