@@ -399,14 +399,17 @@ void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, con
                               " must be a mapping of keys (allowed: ", join(children_of(s, prefix), ", "), ")"));
   }
   for (auto it = node.begin(); it != node.end(); ++it) {
-    if (!it->first.IsScalar())
-      throw ConfigError(str_cat(where(file, it->first), ": ", prefix.empty() ? "a top-level" : "a '" + prefix + "'",
+    // copies, not references: yaml-cpp's iterator-> hands out a temporary proxy, so a reference to it->second
+    // dangles after this statement (AddressSanitizer: stack-use-after-scope, found by scripts/fuzz.sh)
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
+    if (!key_node.IsScalar())
+      throw ConfigError(str_cat(where(file, key_node), ": ", prefix.empty() ? "a top-level" : "a '" + prefix + "'",
                                 " key is not a plain name (a mapping or list used as a key?)"));
-    const std::string key = it->first.Scalar();
+    const std::string key = key_node.Scalar();
     const std::string path = prefix.empty() ? key : prefix + "." + key;
-    const YAML::Node& value = it->second;
     if (const Field* f = find_field(s, path)) {
-      Origin o{where(file, it->first)};
+      Origin o{where(file, key_node)};
       if (f->kind == Kind::FloatList) {
         std::vector<std::string> items;
         if (value.IsSequence()) {
@@ -430,7 +433,7 @@ void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, con
     } else if (is_section(s, path)) {
       load_node(s, value, path, file);
     } else {
-      throw ConfigError(str_cat(where(file, it->first), ": unknown key '", path, "' (allowed",
+      throw ConfigError(str_cat(where(file, key_node), ": unknown key '", path, "' (allowed",
                                 prefix.empty() ? "" : " in '" + prefix + "'", ": ",
                                 join(children_of(s, prefix), ", "), ")"));
     }
