@@ -3,6 +3,7 @@
 #   build | test | gputest | bench | fmnist | data (make the JPEG set, bench-data vs torch DataLoader) | e2e
 #   obs (the JPEG run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
+#   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
@@ -82,6 +83,24 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_pipeline_cpu4.json" 2>&1 | grep -E "bench resnet50|error"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
+    ;;
+  pipeline)  # the pipeline alone, every path, with the torch DataLoader in the same call
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320 > "$out/pack.txt" 2>&1
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+      --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
+    $T bench-data "${common[@]}" --out "$out/bench/data_cpu.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.decode=gpu --set data.workers=4 --out "$out/bench/data_gpu.json" 2>&1 \
+      | grep -E "bench-data|error"
+    $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards320 \
+      --out "$out/bench/data_cpu_shards320.json" 2>&1 | grep bench-data
+    $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards320 --set data.decode=gpu \
+      --set data.workers=4 --out "$out/bench/data_gpu_shards320.json" 2>&1 | grep -E "bench-data|error"
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+      --out "$out/bench/data_torch_dataloader_again.json" 2>&1 | grep img_per_s
     ;;
   gputest)
     (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?
