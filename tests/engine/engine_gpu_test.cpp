@@ -80,7 +80,14 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph,
                          ::testing::Values(GraphCase{"resnet18", "sgd", "bf16", 0.0, 0.0},
                                            GraphCase{"resnet18", "lamb", "fp16", 0.0, 0.0},
                                            GraphCase{"vit_tiny_patch16_224", "adamw", "bf16", 0.8, 0.0},
-                                           GraphCase{"vit_tiny_patch16_224", "adamw", "bf16", 0.0, 0.1}));
+                                           GraphCase{"vit_tiny_patch16_224", "adamw", "bf16", 0.0, 0.1}),
+                         [](const ::testing::TestParamInfo<GraphCase>& i) {
+                           std::string n = i.param.model.substr(0, i.param.model.find('_')) + "_" + i.param.optim +
+                                           "_" + i.param.precision;
+                           if (i.param.mix_alpha > 0) n += "_mix";
+                           if (i.param.drop_path > 0) n += "_droppath";
+                           return n;
+                         });
 
 TEST_P(CudaGraph, ReplayedStepMatchesEagerStep) {
   REQUIRE_GPU();
