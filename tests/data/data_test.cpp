@@ -328,6 +328,30 @@ TEST_F(Folder, RamCacheServesLaterEpochsWithoutTheFiles) {
   EXPECT_GT(small.cached_bytes(), 0);
 }
 
+TEST_F(Folder, DecodedCacheSkipsReadAndDecodeInLaterEpochs) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions o = options(2);
+  o.drop_last = false;
+  o.dct_scale = false;  // a decoded cache holds full images: compare with full decodes
+  o.crop_decode = false;
+  ImageLoader plain(list.samples, o, torch::kCPU);
+  o.cache_gb = 1;
+  o.cache_decoded = true;
+  ImageLoader cached(list.samples, o, torch::kCPU);
+  const auto a0 = epoch(cached, 0), b0 = epoch(plain, 0), b1 = epoch(plain, 1);
+  EXPECT_GT(cached.cached_bytes(), 21 * 320 * 240);  // most fixtures are 320 x 240 RGB
+  fs::remove_tree(dir.file("set"));
+  const StageTotals before = cached.stage_totals();
+  const auto a1 = epoch(cached, 1);
+  const StageTotals after = cached.stage_totals();
+  EXPECT_EQ(after.decode_ns, before.decode_ns) << "a later epoch decoded";
+  EXPECT_EQ(cached.bad_samples(), 0);
+  ASSERT_EQ(a1.size(), b1.size());
+  for (size_t i = 0; i < a0.size(); ++i) EXPECT_TRUE(torch::equal(a0[i], b0[i])) << "epoch 0 batch " << i;
+  for (size_t i = 0; i < a1.size(); ++i) EXPECT_TRUE(torch::equal(a1[i], b1[i])) << "epoch 1 batch " << i;
+}
+
 TEST_F(Folder, BadFilesAreCountedAndReplaced) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir, 3));

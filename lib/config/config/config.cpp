@@ -138,9 +138,13 @@ Schema fields_of(Config& c) {
                "start-up and keep the faster",
                {"cpu", "gpu", "auto"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
-              "image files and shards: keep each file's encoded bytes in RAM after its first read (later epochs read "
-              "no disk), at most this many GiB; 0 = off",
+              "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
+              "most this many GiB; 0 = off",
               at_least(0));
+  s.add_string("data.cache", &c.data.cache,
+               "what data.cache_gb keeps: encoded (the files' bytes) or decoded (full RGB images: later epochs only "
+               "crop and resize; DCT scaling and crop-only decode are then unused)",
+               {"encoded", "decoded"});
   s.add_list("data.jitter", &c.data.jitter,
              "training colour jitter [brightness, contrast, saturation, hue] as torchvision's ColorJitter, per "
              "sample on the device; empty = off",

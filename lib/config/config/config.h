@@ -62,7 +62,8 @@ struct DataConfig {
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
   std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (measured)
-  double cache_gb = 0.0;              // image files: keep encoded bytes in RAM after the first read, up to N GiB
+  double cache_gb = 0.0;              // image files: keep samples in RAM after the first read, up to N GiB
+  std::string cache = "encoded";      // encoded (the files' bytes) | decoded (full RGB images: no decode later)
   std::vector<double> jitter;         // colour jitter {brightness, contrast, saturation, hue}, empty = off
   double erase_prob = 0.0;            // random erasing probability, 0 = off
   std::vector<double> erase_scale = {0.02, 0.33};  // erased area fraction

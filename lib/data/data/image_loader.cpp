@@ -80,7 +80,7 @@ ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions op
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   if (opt_.cache_gb > 0) {
-    cache_.reset(new std::atomic<const std::vector<uint8_t>*>[samples_.size()]);
+    cache_.reset(new std::atomic<const CacheEntry*>[samples_.size()]);
     for (size_t i = 0; i < samples_.size(); ++i) cache_[i].store(nullptr, std::memory_order_relaxed);
   }
   TRAINER_CHECK(opt_.mean.size() == 3 && opt_.std.size() == 3, "image sources are RGB: mean/std need 3 values");
@@ -220,30 +220,56 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
                                 JpegDecoder& jpeg) {
   const ImageSample& s = samples_[static_cast<size_t>(index)];
   const int S = static_cast<int>(opt_.image_size);
+  auto draw_window = [&](int w, int h, bool* flip) {
+    *flip = false;
+    if (!opt_.train) return center_crop_window(w, h, S, opt_.crop_pct);
+    SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+    const Rect r = draw_rrc(rng, w, h, opt_.rrc_scale[0], opt_.rrc_scale[1], opt_.rrc_ratio[0], opt_.rrc_ratio[1]);
+    *flip = rng.bernoulli(opt_.hflip);
+    return r;
+  };
   auto t0 = Clock::now();
-  const std::vector<uint8_t>* bytes = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire)
-                                             : nullptr;
+  const CacheEntry* hit = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
+  const std::string name = s.name();
+  if (cache_ && opt_.cache_decoded) {
+    // decoded cache: the first epoch decodes the whole image once; later ones only crop and resize
+    const RgbImage* src = hit ? &hit->image : nullptr;
+    if (!src) {
+      read_sample_bytes(s, file);
+      read_ns_.fetch_add(ns_since(t0));
+      t0 = Clock::now();
+      if (sniff_format(file.data(), file.size()) == ImageFormat::jpeg) {
+        int w = 0, h = 0;
+        read_image_size(jpeg, file.data(), file.size(), name, &w, &h);
+        TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, name, ": implausible size ", w, "x", h);
+        jpeg.decode(file.data(), file.size(), JpegDecodeOptions{}, img, name);
+      } else {
+        decode_png(file.data(), file.size(), img, name);
+      }
+      decode_ns_.fetch_add(ns_since(t0));
+      auto e = std::make_unique<CacheEntry>();
+      e->image = img;
+      const CacheEntry* p = publish(index, std::move(e), static_cast<int64_t>(img.pixels.size()));
+      src = p ? &p->image : &img;
+    }
+    t0 = Clock::now();
+    bool flip = false;
+    const Rect win = draw_window(src->width, src->height, &flip);
+    resize_rgb(src->pixels.data(), src->width, src->height, win, dst, S, S, S * 3, flip);
+    resize_ns_.fetch_add(ns_since(t0));
+    return;
+  }
+  const std::vector<uint8_t>* bytes = hit ? &hit->bytes : nullptr;
   if (!bytes) {
     read_sample_bytes(s, file);
     bytes = &file;
     if (cache_) {
-      const int64_t budget = static_cast<int64_t>(opt_.cache_gb * (1 << 30));
-      if (cache_bytes_.fetch_add(static_cast<int64_t>(file.size())) + static_cast<int64_t>(file.size()) <= budget) {
-        auto* copy = new std::vector<uint8_t>(file);
-        const std::vector<uint8_t>* expected = nullptr;
-        if (!cache_[static_cast<size_t>(index)].compare_exchange_strong(expected, copy, std::memory_order_release)) {
-          delete copy;  // another thread cached it first
-          cache_bytes_.fetch_sub(static_cast<int64_t>(file.size()));
-        }
-      } else {
-        cache_bytes_.fetch_sub(static_cast<int64_t>(file.size()));
-        if (!cache_full_logged_.exchange(true))
-          log::warn("data.cache_gb: the cache is full at ", opt_.cache_gb, " GiB; further samples are read from disk");
-      }
+      auto e = std::make_unique<CacheEntry>();
+      e->bytes = file;
+      if (const CacheEntry* p = publish(index, std::move(e), static_cast<int64_t>(file.size()))) bytes = &p->bytes;
     }
   }
   read_ns_.fetch_add(ns_since(t0));
-  const std::string name = s.name();
   const uint8_t* data = bytes->data();
   const size_t size = bytes->size();
 
@@ -251,15 +277,8 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   int w = 0, h = 0;
   read_image_size(jpeg, data, size, name, &w, &h);
   TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, name, ": implausible size ", w, "x", h);
-  Rect win;
   bool flip = false;
-  if (opt_.train) {
-    SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
-    win = draw_rrc(rng, w, h, opt_.rrc_scale[0], opt_.rrc_scale[1], opt_.rrc_ratio[0], opt_.rrc_ratio[1]);
-    flip = rng.bernoulli(opt_.hflip);
-  } else {
-    win = center_crop_window(w, h, S, opt_.crop_pct);
-  }
+  const Rect win = draw_window(w, h, &flip);
   Rect region;
   if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecodeOptions o;
@@ -291,6 +310,24 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   t0 = Clock::now();
   resize_rgb(img.pixels.data(), img.width, img.height, region, dst, S, S, S * 3, flip);
   resize_ns_.fetch_add(ns_since(t0));
+}
+
+const ImageLoader::CacheEntry* ImageLoader::publish(int64_t index, std::unique_ptr<CacheEntry> e, int64_t size) {
+  const int64_t budget = static_cast<int64_t>(opt_.cache_gb * (1 << 30));
+  if (cache_bytes_.fetch_add(size) + size > budget) {
+    cache_bytes_.fetch_sub(size);
+    if (!cache_full_logged_.exchange(true))
+      log::warn("data.cache_gb: the cache is full at ", opt_.cache_gb, " GiB; further samples are read from disk");
+    return nullptr;
+  }
+  const CacheEntry* expected = nullptr;
+  const CacheEntry* mine = e.get();
+  if (cache_[static_cast<size_t>(index)].compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
+    e.release();
+    return mine;
+  }
+  cache_bytes_.fetch_sub(size);  // another thread cached it first
+  return expected;
 }
 
 // ---- consumer ----

@@ -46,7 +46,8 @@ struct ImageLoaderOptions {
   bool dct_scale = true;        // decode at 1/2, 1/4, 1/8 when the crop allows
   bool crop_decode = true;      // decode only the crop window
   bool normalize = true;        // false: next() returns the raw uint8 NHWC batch (bench-data, tests)
-  double cache_gb = 0;          // > 0: keep the encoded files in RAM after their first read, up to this many GiB
+  double cache_gb = 0;          // > 0: keep samples in RAM after their first read, up to this many GiB
+  bool cache_decoded = false;   // cache decoded full images (no decode in later epochs) instead of the files
 };
 
 // Time spent per stage, summed over threads (nanoseconds), and counts.
@@ -105,8 +106,13 @@ class ImageLoader : public Loader {
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
-  // cache_gb: each sample's encoded bytes after the first read, published once (lock-free); owned here
-  std::unique_ptr<std::atomic<const std::vector<uint8_t>*>[]> cache_;
+  // cache_gb: each sample's encoded bytes or decoded image after the first read, published once (lock-free)
+  struct CacheEntry {
+    std::vector<uint8_t> bytes;  // encoded
+    RgbImage image;              // decoded
+  };
+  const CacheEntry* publish(int64_t index, std::unique_ptr<CacheEntry> e, int64_t size);  // null: over budget
+  std::unique_ptr<std::atomic<const CacheEntry*>[]> cache_;
   std::atomic<int64_t> cache_bytes_{0};
   std::atomic<bool> cache_full_logged_{false};
 };
