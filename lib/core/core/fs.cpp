@@ -111,6 +111,17 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+size_t pread_full(int fd, int64_t offset, size_t n, uint8_t* dst) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
 bool is_writable_dir(const std::string& path) {
   if (!is_dir(path)) return false;
   const std::string probe = join_path(path, ".trainer_write_probe");

@@ -21,6 +21,9 @@ std::string parent_path(const std::string& path);
 // Writes text to path atomically (temp file, fsync, rename).
 void write_text_atomic(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
+// Reads n bytes at offset from an open file descriptor (retrying short reads); returns the bytes read, less
+// than n only at the end of the file or on an error.
+size_t pread_full(int fd, int64_t offset, size_t n, uint8_t* dst);
 // Whether a folder accepts new files (creates and removes a probe file).
 bool is_writable_dir(const std::string& path);
 

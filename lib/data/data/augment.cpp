@@ -162,6 +162,18 @@ void BatchAugmenter::jitter_255_(torch::Tensor& x, const Draws& d) const {
   x.mul_(255.0);
 }
 
+void BatchAugmenter::normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
+                                const torch::Tensor& mean255, const torch::Tensor& inv_std255) const {
+  const bool augment = train && enabled();
+  Draws d;
+  if (augment) {
+    d = draw(indices, epoch, x.size(2), x.size(3), x.device());
+    jitter_255_(x, d);
+  }
+  x.sub_(mean255).mul_(inv_std255);
+  if (augment) erase_(x, d);
+}
+
 void BatchAugmenter::erase_(torch::Tensor& x, const Draws& d) const {
   if (opt_.erase_on()) trainer::erase_(x, d.boxes, opt_.erase_pixel);
 }

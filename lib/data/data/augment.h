@@ -53,6 +53,10 @@ class BatchAugmenter {
   // x in [0, 255] scale floats (B,3,H,W): jitter works on [0, 1] and the result returns to [0, 255]
   void jitter_255_(torch::Tensor& x, const Draws& d) const;
   void erase_(torch::Tensor& x, const Draws& d) const;
+  // The image loaders' last step: x (B,3,H,W) floats on a 0..255 scale become (x - mean) / std, with colour
+  // jitter before and erasing after when `train` (mean255 and inv_std255 broadcast over (1,3,1,1)).
+  void normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
+                  const torch::Tensor& mean255, const torch::Tensor& inv_std255) const;
 
  private:
   AugmentOptions opt_;

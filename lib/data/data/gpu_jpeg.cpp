@@ -255,12 +255,7 @@ int64_t GpuImageLoader::batches_per_epoch() const {
 }
 
 Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* flip) const {
-  *flip = false;
-  if (!opt_.train) return center_crop_window(w, h, static_cast<int>(opt_.image_size), opt_.crop_pct);
-  SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));  // as ImageLoader
-  const Rect r = draw_rrc(rng, w, h, opt_.rrc_scale[0], opt_.rrc_scale[1], opt_.rrc_ratio[0], opt_.rrc_ratio[1]);
-  *flip = rng.bernoulli(opt_.hflip);
-  return r;
+  return sample_window(opt_, index, epoch, w, h, flip);
 }
 
 bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
@@ -357,15 +352,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       x[i].copy_(y[0]);
     }
     labels = torch::tensor(label, torch::kInt64).to(device_, /*non_blocking=*/false);
-    const BatchAugmenter aug(opt_.augment, opt_.seed);
-    BatchAugmenter::Draws draws;
-    const bool augment = opt_.train && aug.enabled();
-    if (augment) {
-      draws = aug.draw(out.indices, epoch_, S, S, device_);
-      aug.jitter_255_(x, draws);
-    }
-    x.sub_(mean255_).mul_(inv_std255_);
-    if (augment) aug.erase_(x, draws);
+    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
     if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.gpu += B - static_cast<int64_t>(fallback.size());

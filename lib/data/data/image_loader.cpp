@@ -15,6 +15,7 @@
 #endif
 
 #include "core/check.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/random.h"
 #include "data/image_ops.h"
@@ -59,18 +60,22 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
 
 }  // namespace
 
+Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, int w, int h, bool* flip) {
+  *flip = false;
+  if (!o.train) return center_crop_window(w, h, static_cast<int>(o.image_size), o.crop_pct);
+  SampleRng rng(o.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+  const Rect r = draw_rrc(rng, w, h, o.rrc_scale[0], o.rrc_scale[1], o.rrc_ratio[0], o.rrc_ratio[1]);
+  *flip = rng.bernoulli(o.hflip);
+  return r;
+}
+
 void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf) {
   if (s.offset < 0) return read_file(s.path, buf);
   TRAINER_CHECK(s.size <= (int64_t(1) << 30), s.name(), ": implausible size ", s.size);
   const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
   TRAINER_CHECK(fd >= 0, s.path, ": cannot open");
   buf.resize(static_cast<size_t>(s.size));
-  size_t done = 0;
-  while (done < buf.size()) {
-    const ssize_t r = ::pread(fd, buf.data() + done, buf.size() - done, s.offset + static_cast<int64_t>(done));
-    if (r <= 0) break;
-    done += static_cast<size_t>(r);
-  }
+  const size_t done = fs::pread_full(fd, s.offset, buf.size(), buf.data());
   ::close(fd);
   TRAINER_CHECK(done == buf.size(), s.name(), ": short read (the shard is shorter than its index says)");
 }
@@ -220,14 +225,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
                                 JpegDecoder& jpeg) {
   const ImageSample& s = samples_[static_cast<size_t>(index)];
   const int S = static_cast<int>(opt_.image_size);
-  auto draw_window = [&](int w, int h, bool* flip) {
-    *flip = false;
-    if (!opt_.train) return center_crop_window(w, h, S, opt_.crop_pct);
-    SampleRng rng(opt_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
-    const Rect r = draw_rrc(rng, w, h, opt_.rrc_scale[0], opt_.rrc_scale[1], opt_.rrc_ratio[0], opt_.rrc_ratio[1]);
-    *flip = rng.bernoulli(opt_.hflip);
-    return r;
-  };
+  auto draw_window = [&](int w, int h, bool* flip) { return sample_window(opt_, index, epoch, w, h, flip); };
   auto t0 = Clock::now();
   const CacheEntry* hit = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
   const std::string name = s.name();
@@ -394,15 +392,7 @@ bool ImageLoader::next(Batch& out) {
   } else {
     // (B,S,S,3) viewed as (B,3,S,S) has channels_last strides already
     torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32);
-    const BatchAugmenter aug(opt_.augment, opt_.seed);
-    BatchAugmenter::Draws draws;
-    const bool augment = opt_.train && aug.enabled();
-    if (augment) {
-      draws = aug.draw(out.indices, epoch_, x.size(2), x.size(3), device_);
-      aug.jitter_255_(x, draws);
-    }
-    x.sub_(mean255_).mul_(inv_std255_);
-    if (augment) aug.erase_(x, draws);
+    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
     out.images = opt_.channels_last ? x : x.contiguous();
   }
   out.labels = labels;

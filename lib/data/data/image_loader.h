@@ -55,6 +55,10 @@ struct StageTotals {
   int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
 };
 
+// The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +
+// flip drawn from (seed, epoch, index) when training, the centre crop otherwise. Both image loaders use it.
+Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, int w, int h, bool* flip);
+
 // A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
 void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
 

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/strings.h"
 #include "data/image_folder.h"
+#include "data/image_loader.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
 #include "data/shards.h"
@@ -38,9 +39,9 @@ struct Packed {
 
 // One sample: the file as it is, or decoded, shrunk and re-encoded.
 void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Packed& p) {
-  const std::string text = fs::read_text(s.path);
-  p.in_bytes = static_cast<int64_t>(text.size());
-  std::vector<uint8_t> file(text.begin(), text.end());
+  std::vector<uint8_t> file;
+  read_sample_bytes(s, file);
+  p.in_bytes = static_cast<int64_t>(file.size());
   const ImageFormat fmt = sniff_format(file.data(), file.size());
   TRAINER_CHECK(fmt == ImageFormat::jpeg || fmt == ImageFormat::png, s.path, ": not a JPEG or PNG file");
   const int quality = o.quality > 0 ? o.quality : (o.max_side > 0 ? 90 : 0);

@@ -91,22 +91,13 @@ void parse_pax(const std::string& data, std::string* path, int64_t* size, bool* 
 
 bool is_image_ext(const std::string& e) { return e == "jpg" || e == "jpeg" || e == "png"; }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 ReadAt file_reader(const std::string& path, int* fd_out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TRAINER_CHECK(fd >= 0, path, ": cannot open");
   *fd_out = fd;
   return [fd, path](int64_t off, size_t n, uint8_t* dst) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd, dst + done, n - done, off + static_cast<int64_t>(done));
-      TRAINER_CHECK(r > 0, path, ": short read at byte ", off + static_cast<int64_t>(done));
-      done += static_cast<size_t>(r);
-    }
+    const size_t got = fs::pread_full(fd, off, n, dst);
+    TRAINER_CHECK(got == n, path, ": short read at byte ", off + static_cast<int64_t>(got));
   };
 }
 
@@ -171,7 +162,7 @@ std::vector<ShardSample> index_tar(const ReadAt& read, int64_t size, const std::
     const size_t slash = e.name.rfind('/');
     const size_t dot = e.name.find('.', slash == std::string::npos ? 0 : slash + 1);
     if (dot == std::string::npos) continue;
-    const std::string key = e.name.substr(0, dot), ext = lower(e.name.substr(dot + 1));
+    const std::string key = e.name.substr(0, dot), ext = to_lower(e.name.substr(dot + 1));
     if (!is_image_ext(ext) && ext != "cls") continue;  // other fields (json, txt, ...) are not ours
     auto it = by_key.find(key);
     if (it == by_key.end()) {
