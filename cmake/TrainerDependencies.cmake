@@ -48,6 +48,27 @@ if(TRAINER_WITH_CUDA)
 endif()
 message(STATUS "trainer: CUDA support ${TRAINER_WITH_CUDA}")
 
+# ---- CUDA kernels of our own (lib/data/kernels): nvcc from the toolkit; without it the callers use ATen ops ----
+set(TRAINER_WITH_KERNELS OFF)
+if(TRAINER_WITH_CUDA AND NOT TRAINER_LIBFUZZER)
+  if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE AND EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
+    set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER)
+      set(CMAKE_CUDA_HOST_COMPILER "${CMAKE_CXX_COMPILER}")
+    endif()
+    # Torch's CMake config fills CMAKE_CUDA_FLAGS with its own -gencode list (down to sm_50, which nvcc 13 refuses);
+    # our kernels include no torch headers and name their architectures on their targets.
+    set(CMAKE_CUDA_FLAGS "")
+    enable_language(CUDA)
+    set(TRAINER_WITH_KERNELS ON)
+  endif()
+endif()
+message(STATUS "trainer: own CUDA kernels ${TRAINER_WITH_KERNELS}")
+
 # ---- nvJPEG (data.decode: gpu): the CUDA toolkit's, else the nvidia-nvjpeg wheel in the project venv ----
 set(TRAINER_WITH_NVJPEG OFF)
 if(TRAINER_WITH_CUDA)

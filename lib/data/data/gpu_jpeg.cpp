@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <future>
 #include <thread>
 
@@ -19,6 +21,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <nvjpeg.h>
 #endif
+#ifdef TRAINER_WITH_KERNELS
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include "crop_resize.h"
+#endif
 
 namespace trainer {
 
@@ -33,8 +41,12 @@ bool gpu_decode_available() { return true; }
 
 struct GpuJpegDecoder::Impl {
   nvjpegHandle_t handle = nullptr;
-  nvjpegJpegState_t state = nullptr;
-  nvjpegJpegStream_t stream = nullptr;
+  nvjpegJpegStream_t stream = nullptr;  // header parsing (host)
+  // Two decode states used in turn, so one batch can be submitted while the previous one is still decoding; a
+  // state is reused only after the event recorded behind its last decode has passed.
+  nvjpegJpegState_t state[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  int turn = 0;
   bool hardware = false;
 };
 
@@ -46,13 +58,23 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Im
   } else {
     TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
   }
-  TRAINER_NVJPEG(nvjpegJpegStateCreate(impl_->handle, &impl_->state), "state create");
+  for (int k = 0; k < 2; ++k) {
+    TRAINER_NVJPEG(nvjpegJpegStateCreate(impl_->handle, &impl_->state[k]), "state create");
+    TRAINER_CHECK(cudaEventCreateWithFlags(&impl_->done[k], cudaEventDisableTiming) == cudaSuccess,
+                  "cudaEventCreate failed");
+  }
   TRAINER_NVJPEG(nvjpegJpegStreamCreate(impl_->handle, &impl_->stream), "stream create");
 }
 
 GpuJpegDecoder::~GpuJpegDecoder() {
+  for (int k = 0; k < 2; ++k) {
+    if (impl_->done[k]) {
+      cudaEventSynchronize(impl_->done[k]);
+      cudaEventDestroy(impl_->done[k]);
+    }
+    if (impl_->state[k]) nvjpegJpegStateDestroy(impl_->state[k]);
+  }
   if (impl_->stream) nvjpegJpegStreamDestroy(impl_->stream);
-  if (impl_->state) nvjpegJpegStateDestroy(impl_->state);
   if (impl_->handle) nvjpegDestroy(impl_->handle);
 }
 
@@ -93,11 +115,15 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const std::vector<std::pair<co
   }
   if (data.empty()) return out;
   const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  const int k = impl_->turn;
+  impl_->turn ^= 1;
+  TRAINER_CHECK(cudaEventSynchronize(impl_->done[k]) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
   const bool ok =
-      nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state, static_cast<int>(data.size()), 1,
+      nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state[k], static_cast<int>(data.size()), 1,
                                     NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS &&
-      nvjpegDecodeBatched(impl_->handle, impl_->state, data.data(), lengths.data(), dst.data(), s) ==
+      nvjpegDecodeBatched(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(), s) ==
           NVJPEG_STATUS_SUCCESS;
+  cudaEventRecord(impl_->done[k], s);
   if (!ok) {  // one bad bitstream fails the batch: everything goes to the CPU decoder
     for (size_t i : which) out[i] = torch::Tensor();
   }
@@ -115,6 +141,71 @@ GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
 std::vector<torch::Tensor> GpuJpegDecoder::decode(const std::vector<std::pair<const uint8_t*, size_t>>&) { return {}; }
 #endif
+
+// ---- crop + resize + flip of a batch ----
+
+bool gpu_crop_resize_kernel_available() {
+#ifdef TRAINER_WITH_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
+                              const std::vector<char>& flips, int64_t size, bool batched_kernel) {
+  TRAINER_CHECK(!images.empty() && images.size() == windows.size() && images.size() == flips.size(),
+                "gpu_crop_resize: one window and one flip per image");
+  const int64_t B = static_cast<int64_t>(images.size());
+  const torch::Device device = images[0].device();
+  for (size_t i = 0; i < images.size(); ++i) {
+    const torch::Tensor& t = images[i];
+    const Rect& r = windows[i];
+    TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8 && t.is_contiguous() &&
+                      t.device() == device,
+                  "gpu_crop_resize: image ", i, " is not a contiguous (H, W, 3) uint8 tensor on ", device.str());
+    TRAINER_CHECK(r.w > 0 && r.h > 0 && r.x >= 0 && r.y >= 0 && r.x + r.w <= t.size(1) && r.y + r.h <= t.size(0),
+                  "gpu_crop_resize: window ", r.x, ",", r.y, " ", r.w, "x", r.h, " of image ", i, " is outside its ",
+                  t.size(1), "x", t.size(0), " pixels");
+  }
+  torch::Tensor x = torch::empty({B, 3, size, size}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+#ifdef TRAINER_WITH_KERNELS
+  if (batched_kernel) {
+    TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
+    std::vector<CropResizeJob> jobs(static_cast<size_t>(B));
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      jobs[i].src = images[i].data_ptr<uint8_t>();
+      jobs[i].pitch = images[i].size(1) * 3;
+      jobs[i].x = windows[i].x;
+      jobs[i].y = windows[i].y;
+      jobs[i].w = windows[i].w;
+      jobs[i].h = windows[i].h;
+      jobs[i].flip = flips[i] ? 1 : 0;
+    }
+    const int64_t bytes = B * static_cast<int64_t>(sizeof(CropResizeJob));
+    // pinned staging: the caching host allocator keeps it alive until the copy has run
+    torch::Tensor host = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+    std::memcpy(host.data_ptr<uint8_t>(), jobs.data(), static_cast<size_t>(bytes));
+    torch::Tensor dev = host.to(device, /*non_blocking=*/true);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+    const int err = launch_crop_resize(reinterpret_cast<const CropResizeJob*>(dev.data_ptr<uint8_t>()),
+                                       static_cast<int>(B), static_cast<int>(size), x.data_ptr<float>(), stream);
+    TRAINER_CHECK(err == 0, "gpu_crop_resize: kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+    return x;
+  }
+#else
+  TRAINER_CHECK(!batched_kernel, "gpu_crop_resize: this build has no CUDA kernels of its own (nvcc not found)");
+#endif
+  for (int64_t i = 0; i < B; ++i) {
+    const torch::Tensor& t = images[static_cast<size_t>(i)];
+    const Rect& r = windows[static_cast<size_t>(i)];
+    torch::Tensor c = t.narrow(0, r.y, r.h).narrow(1, r.x, r.w).permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
+    torch::Tensor y = at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
+    if (flips[static_cast<size_t>(i)]) y = y.flip({3});
+    x[i].copy_(y[0]);
+  }
+  return x;
+}
 
 // ---- the loader ----
 
@@ -274,8 +365,12 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     });
     return files;
   };
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
+  const auto t_read = clock::now();
   if (pool_->pending.valid() && pool_->pending_cursor == cursor_) pool_->files = pool_->pending.get();
   else pool_->files = read_batch(cursor_, B);
+  const double read_wait_ms = ms_since(t_read);
   auto& files = pool_->files;
   out.indices.assign(order_.begin() + cursor_, order_.begin() + cursor_ + B);
   cursor_ += B;
@@ -286,6 +381,9 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   }
 
   const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  // timed events (the device time of decode and of augmentation, read back once they have passed)
+  auto started = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+  auto decoded = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
   const int64_t S = opt_.image_size;
   torch::Tensor x, labels;
   {
@@ -293,7 +391,10 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     std::vector<std::pair<const uint8_t*, size_t>> in(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i)
       in[static_cast<size_t>(i)] = {files[static_cast<size_t>(i)].data(), files[static_cast<size_t>(i)].size()};
+    started->record(side);
+    const auto t_decode = clock::now();
     std::vector<torch::Tensor> img = decoder_->decode(in);
+    const double decode_host_ms = ms_since(t_decode);
     // what nvJPEG did not take: the CPU decoder, in parallel, then one upload each
     std::vector<int64_t> fallback;
     for (int64_t i = 0; i < B; ++i)
@@ -320,9 +421,11 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     for (size_t k = 0; k < fallback.size(); ++k) {
       if (failed[k]) continue;
       const RgbImage& r = cpu[k];
+      // through pinned memory: the copy is queued, the host buffer is kept until it has run
       img[static_cast<size_t>(fallback[k])] =
           torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8)
-              .to(device_, /*non_blocking=*/false);
+              .pin_memory()
+              .to(device_, /*non_blocking=*/true);
     }
     int64_t fallbacks = 0, replaced = 0;
     for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
@@ -339,29 +442,47 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       }
       label[static_cast<size_t>(i)] = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].label;
     }
-    // crop window, antialiased bilinear resize and flip per sample, into one float batch (0..255 scale)
-    x = torch::empty({B, 3, S, S}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    decoded->record(side);
+    const auto t_augment = clock::now();
+    // crop window, antialiased bilinear resize and flip: one kernel for the batch (0..255 float)
+    std::vector<Rect> windows(static_cast<size_t>(B));
+    std::vector<char> flips(static_cast<size_t>(B), 0);
     for (int64_t i = 0; i < B; ++i) {
       const torch::Tensor& t = img[static_cast<size_t>(i)];
       bool flip = false;
-      const Rect r = window(out.indices[static_cast<size_t>(i)], epoch_, static_cast<int>(t.size(1)),
-                            static_cast<int>(t.size(0)), &flip);
-      torch::Tensor c = t.narrow(0, r.y, r.h).narrow(1, r.x, r.w).permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
-      torch::Tensor y = at::_upsample_bilinear2d_aa(c, {S, S}, /*align_corners=*/false);
-      if (flip) y = y.flip({3});
-      x[i].copy_(y[0]);
+      windows[static_cast<size_t>(i)] = window(out.indices[static_cast<size_t>(i)], epoch_,
+                                               static_cast<int>(t.size(1)), static_cast<int>(t.size(0)), &flip);
+      flips[static_cast<size_t>(i)] = flip ? 1 : 0;
     }
-    labels = torch::tensor(label, torch::kInt64).to(device_, /*non_blocking=*/false);
+    x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available());
+    labels = torch::tensor(label, torch::kInt64).pin_memory().to(device_, /*non_blocking=*/true);
     BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
     if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    const double augment_host_ms = ms_since(t_augment);
     std::lock_guard<std::mutex> lock(mu_);
+    stats_.host_read_wait_ms += read_wait_ms;
+    stats_.host_decode_ms += decode_host_ms;
+    stats_.host_augment_ms += augment_host_ms;
+    ++stats_.host_batches;
     stats_.gpu += B - static_cast<int64_t>(fallback.size());
     stats_.cpu_fallback += fallbacks;
     stats_.bad += replaced;
   }
-  auto done = std::make_shared<at::cuda::CUDAEvent>();
+  auto done = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);  // timing on: also the decode figures
   done->record(side);
   done_event = done;
+  std::lock_guard<std::mutex> lock(mu_);
+  timings_.push_back({started, decoded, done});
+  while (!timings_.empty() && static_cast<at::cuda::CUDAEvent*>(timings_.front().done.get())->query()) {
+    const Timing& t = timings_.front();
+    auto* a = static_cast<at::cuda::CUDAEvent*>(t.started.get());
+    auto* b = static_cast<at::cuda::CUDAEvent*>(t.decoded.get());
+    auto* c = static_cast<at::cuda::CUDAEvent*>(t.done.get());
+    stats_.decode_ms += a->elapsed_time(*b);
+    stats_.augment_ms += b->elapsed_time(*c);
+    ++stats_.batches;
+    timings_.pop_front();
+  }
   out.images = x;
   out.labels = labels;
   return true;

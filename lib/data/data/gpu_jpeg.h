@@ -47,7 +47,24 @@ class GpuJpegDecoder {
 
 struct GpuDecodeStats {
   int64_t gpu = 0, cpu_fallback = 0, bad = 0;  // samples decoded by nvJPEG, by the CPU decoder, replaced
+  int64_t batches = 0;                         // batches whose device time is in the two figures below
+  // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
+  // where the device is idle) to the end of the decode on the engines/SMs
+  double decode_ms = 0;
+  double augment_ms = 0;  // side-stream time of crop + resize + flip + jitter + normalise + erase
+  // the producer thread's time per stage (host): waiting for the batch's files, header parsing + nvJPEG submission
+  // (and the CPU fallbacks), crop/resize/normalise launches
+  int64_t host_batches = 0;
+  double host_read_wait_ms = 0, host_decode_ms = 0, host_augment_ms = 0;
 };
+
+// Crop + antialiased bilinear resize (ATen's _upsample_bilinear2d_aa) + horizontal flip of (H, W, 3) uint8 device
+// images into one (B, 3, size, size) float batch, 0..255, on the current stream. With `batched_kernel` one CUDA
+// kernel does the whole batch (where this build has it: gpu_crop_resize_kernel_available()); otherwise ATen ops
+// per sample.
+bool gpu_crop_resize_kernel_available();
+torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
+                              const std::vector<char>& flips, int64_t size, bool batched_kernel);
 
 // A Loader over image files/shards with GPU decode. A producer thread prepares up to `opt.prefetch` batches
 // ahead (its host work -- nvJPEG submission, one resize launch per sample -- stays off the training thread);
@@ -91,6 +108,10 @@ class GpuImageLoader : public Loader {
   bool stop_ = false, finished_ = false;
   std::exception_ptr error_;
   GpuDecodeStats stats_;
+  struct Timing {
+    std::shared_ptr<void> started, decoded, done;  // at::cuda::CUDAEvents on the side stream
+  };
+  std::deque<Timing> timings_;
 };
 
 }  // namespace trainer

@@ -193,18 +193,32 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = gpu_loader ? (gpu_loader->hardware() ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
-  if (gpu_loader)
-    j["gpu_decode"] = {{"nvjpeg", gpu_loader->stats().gpu}, {"cpu_fallback", gpu_loader->stats().cpu_fallback}};
+  if (gpu_loader) {
+    const GpuDecodeStats st = gpu_loader->stats();
+    const double per = std::max<int64_t>(st.batches, 1);
+    j["gpu_decode"] = {{"nvjpeg", st.gpu},
+                       {"cpu_fallback", st.cpu_fallback},
+                       {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
+                       {"timed_batches", st.batches},
+                       {"decode_stream_ms_per_batch", st.decode_ms / per},
+                       {"augment_stream_ms_per_batch", st.augment_ms / per},
+                       {"producer_host_ms_per_batch",
+                        {{"wait_for_files", st.host_read_wait_ms / std::max<int64_t>(st.host_batches, 1)},
+                         {"parse_and_submit_decode", st.host_decode_ms / std::max<int64_t>(st.host_batches, 1)},
+                         {"launch_crop_resize_normalise", st.host_augment_ms / std::max<int64_t>(st.host_batches, 1)}}}};
+  }
   j["env"] = {{"gpu", env.gpus.empty() ? "none" : env.gpus[0].name}, {"cpu_threads", std::thread::hardware_concurrency()},
               {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
   if (gpu_loader)
     log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG, %lld by the CPU "
-                        "fallback",
+                        "fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
                         r.img_per_s, gpu_loader->hardware() ? "hardware engines" : "nvJPEG", r.workers,
                         static_cast<long long>(gpu_loader->stats().gpu),
-                        static_cast<long long>(gpu_loader->stats().cpu_fallback)));
+                        static_cast<long long>(gpu_loader->stats().cpu_fallback),
+                        gpu_loader->stats().decode_ms / std::max<int64_t>(gpu_loader->stats().batches, 1),
+                        gpu_loader->stats().augment_ms / std::max<int64_t>(gpu_loader->stats().batches, 1)));
   else
     log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
                         "resize+flip %.0f us",
