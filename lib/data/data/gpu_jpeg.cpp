@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "core/check.h"
@@ -30,6 +31,23 @@
 
 namespace trainer {
 
+namespace {
+// Runs fn(i, worker) for i in [0, n) on `threads` threads; worker is the thread's number, 0 .. threads - 1.
+template <class F> void parallel_for_workers(int64_t n, int threads, F&& fn) {
+  std::atomic<int64_t> next{0};
+  auto work = [&](int worker) {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i, worker);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int64_t>(threads, n); ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& t : pool) t.join();
+}
+template <class F> void parallel_for(int64_t n, int threads, F&& fn) {
+  parallel_for_workers(n, threads, [&](int64_t i, int) { fn(i); });
+}
+}  // namespace
+
 #ifdef TRAINER_WITH_NVJPEG
 bool gpu_decode_available() { return true; }
 
@@ -41,13 +59,14 @@ bool gpu_decode_available() { return true; }
 
 struct GpuJpegDecoder::Impl {
   nvjpegHandle_t handle = nullptr;
-  nvjpegJpegStream_t stream = nullptr;  // header parsing (host)
   // Two decode states used in turn, so one batch can be submitted while the previous one is still decoding; a
   // state is reused only after the event recorded behind its last decode has passed.
   nvjpegJpegState_t state[2] = {nullptr, nullptr};
   cudaEvent_t done[2] = {nullptr, nullptr};
   int turn = 0;
   bool hardware = false;
+  std::mutex parse_mu;                       // inspect() calls, one at a time
+  std::vector<nvjpegJpegStream_t> parsers;  // one bitstream parser per inspecting thread
 };
 
 GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Impl>()), device_(device) {
@@ -63,7 +82,6 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Im
     TRAINER_CHECK(cudaEventCreateWithFlags(&impl_->done[k], cudaEventDisableTiming) == cudaSuccess,
                   "cudaEventCreate failed");
   }
-  TRAINER_NVJPEG(nvjpegJpegStreamCreate(impl_->handle, &impl_->stream), "stream create");
 }
 
 GpuJpegDecoder::~GpuJpegDecoder() {
@@ -74,13 +92,47 @@ GpuJpegDecoder::~GpuJpegDecoder() {
     }
     if (impl_->state[k]) nvjpegJpegStateDestroy(impl_->state[k]);
   }
-  if (impl_->stream) nvjpegJpegStreamDestroy(impl_->stream);
+  for (nvjpegJpegStream_t p : impl_->parsers) nvjpegJpegStreamDestroy(p);
   if (impl_->handle) nvjpegDestroy(impl_->handle);
 }
 
 bool GpuJpegDecoder::hardware() const { return impl_->hardware; }
 
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const std::vector<std::pair<const uint8_t*, size_t>>& files) {
+std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, int threads) {
+  std::lock_guard<std::mutex> lock(impl_->parse_mu);
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(files.size())));
+  while (static_cast<int>(impl_->parsers.size()) < threads) {
+    nvjpegJpegStream_t p = nullptr;
+    TRAINER_NVJPEG(nvjpegJpegStreamCreate(impl_->handle, &p), "stream create");
+    impl_->parsers.push_back(p);
+  }
+  std::vector<Info> info(files.size());
+  parallel_for_workers(static_cast<int64_t>(files.size()), threads, [&](int64_t i, int worker) {
+    const auto* p = files[static_cast<size_t>(i)].first;
+    const size_t n = files[static_cast<size_t>(i)].second;
+    if (!p || n < 4 || sniff_format(p, n) != ImageFormat::jpeg) return;
+    int comps = 0;
+    nvjpegChromaSubsampling_t ss;
+    int w[NVJPEG_MAX_COMPONENT] = {0}, h[NVJPEG_MAX_COMPONENT] = {0};
+    if (nvjpegGetImageInfo(impl_->handle, p, n, &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS) return;
+    if ((comps != 1 && comps != 3) || w[0] <= 0 || h[0] <= 0 || int64_t(w[0]) * h[0] > kMaxImagePixels) return;
+    if (impl_->hardware) {
+      nvjpegJpegStream_t parser = impl_->parsers[static_cast<size_t>(worker)];
+      int unsupported = 1;
+      if (nvjpegJpegStreamParseHeader(impl_->handle, p, n, parser) != NVJPEG_STATUS_SUCCESS) return;
+      if (nvjpegDecodeBatchedSupported(impl_->handle, parser, &unsupported) != NVJPEG_STATUS_SUCCESS ||
+          unsupported != 0)
+        return;
+    }
+    info[static_cast<size_t>(i)] = Info{w[0], h[0], true};
+  });
+  return info;
+}
+
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info,
+                                                  const std::vector<char>& take) {
+  TRAINER_CHECK(info.size() == files.size() && (take.empty() || take.size() == files.size()),
+                "GpuJpegDecoder::decode: one info (and one take flag) per file");
   std::vector<torch::Tensor> out(files.size());
   std::vector<const unsigned char*> data;
   std::vector<size_t> lengths;
@@ -88,27 +140,13 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const std::vector<std::pair<co
   std::vector<size_t> which;
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(device_);
   for (size_t i = 0; i < files.size(); ++i) {
-    const auto* p = files[i].first;
-    const size_t n = files[i].second;
-    if (!p || n < 4 || sniff_format(p, n) != ImageFormat::jpeg) continue;
-    int comps = 0;
-    nvjpegChromaSubsampling_t ss;
-    int w[NVJPEG_MAX_COMPONENT] = {0}, h[NVJPEG_MAX_COMPONENT] = {0};
-    if (nvjpegGetImageInfo(impl_->handle, p, n, &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS) continue;
-    if ((comps != 1 && comps != 3) || w[0] <= 0 || h[0] <= 0 || int64_t(w[0]) * h[0] > kMaxImagePixels) continue;
-    if (impl_->hardware) {
-      int unsupported = 1;
-      if (nvjpegJpegStreamParseHeader(impl_->handle, p, n, impl_->stream) != NVJPEG_STATUS_SUCCESS) continue;
-      if (nvjpegDecodeBatchedSupported(impl_->handle, impl_->stream, &unsupported) != NVJPEG_STATUS_SUCCESS ||
-          unsupported != 0)
-        continue;
-    }
-    torch::Tensor t = torch::empty({h[0], w[0], 3}, opts);
+    if (!info[i].supported || (!take.empty() && !take[i])) continue;
+    torch::Tensor t = torch::empty({info[i].height, info[i].width, 3}, opts);
     nvjpegImage_t img{};
     img.channel[0] = t.data_ptr<uint8_t>();
-    img.pitch[0] = static_cast<size_t>(w[0]) * 3;
-    data.push_back(p);
-    lengths.push_back(n);
+    img.pitch[0] = static_cast<size_t>(info[i].width) * 3;
+    data.push_back(files[i].first);
+    lengths.push_back(files[i].second);
     dst.push_back(img);
     which.push_back(i);
     out[i] = t;
@@ -139,7 +177,10 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : device_(device) {
 }
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const std::vector<std::pair<const uint8_t*, size_t>>&) { return {}; }
+std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int) { return {}; }
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&, const std::vector<char>&) {
+  return {};
+}
 #endif
 
 // ---- crop + resize + flip of a batch ----
@@ -209,25 +250,16 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 
 // ---- the loader ----
 
-namespace {
-// Runs fn(i) for i in [0, n) on `threads` threads.
-template <class F> void parallel_for(int64_t n, int threads, F&& fn) {
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int64_t>(threads, n); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-}
-}  // namespace
 
 struct GpuImageLoader::Pool {
-  // the next batch's files, read ahead while the current batch decodes
-  std::future<std::vector<std::vector<uint8_t>>> pending;
+  struct Read {
+    std::vector<std::vector<uint8_t>> files;
+    std::vector<GpuJpegDecoder::Info> info;  // headers parsed by the reading threads
+  };
+  // the next batch's files, read and parsed ahead while the current batch decodes
+  std::future<Read> pending;
   int64_t pending_cursor = -1;
-  std::vector<std::vector<uint8_t>> files;  // the batch being decoded (alive until the next batch)
+  Read batch;  // the batch being decoded (alive until the next batch)
 };
 
 GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
@@ -355,23 +387,28 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   const int64_t B = std::min(opt_.batch_size, total_ - cursor_);
   const int threads = std::max(1, opt_.workers);
   auto read_batch = [this, threads](int64_t from, int64_t count) {
-    std::vector<std::vector<uint8_t>> files(static_cast<size_t>(count));
+    Pool::Read r;
+    r.files.resize(static_cast<size_t>(count));
     parallel_for(count, threads, [&](int64_t i) {
       try {
-        read_sample_bytes(samples_[static_cast<size_t>(order_[static_cast<size_t>(from + i)])], files[static_cast<size_t>(i)]);
+        read_sample_bytes(samples_[static_cast<size_t>(order_[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
       } catch (const Error&) {
-        files[static_cast<size_t>(i)].clear();  // unreadable: handled as a bad sample below
+        r.files[static_cast<size_t>(i)].clear();  // unreadable: handled as a bad sample below
       }
     });
-    return files;
+    GpuJpegDecoder::Files in(r.files.size());
+    for (size_t i = 0; i < in.size(); ++i) in[i] = {r.files[i].data(), r.files[i].size()};
+    r.info = decoder_->inspect(in, threads);
+    return r;
   };
   using clock = std::chrono::steady_clock;
   auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
   const auto t_read = clock::now();
-  if (pool_->pending.valid() && pool_->pending_cursor == cursor_) pool_->files = pool_->pending.get();
-  else pool_->files = read_batch(cursor_, B);
+  if (pool_->pending.valid() && pool_->pending_cursor == cursor_) pool_->batch = pool_->pending.get();
+  else pool_->batch = read_batch(cursor_, B);
   const double read_wait_ms = ms_since(t_read);
-  auto& files = pool_->files;
+  const auto& files = pool_->batch.files;
+  const auto& info = pool_->batch.info;
   out.indices.assign(order_.begin() + cursor_, order_.begin() + cursor_ + B);
   cursor_ += B;
   if (cursor_ < total_) {  // read the next batch while this one decodes
@@ -388,36 +425,55 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   torch::Tensor x, labels;
   {
     c10::cuda::CUDAStreamGuard guard(side);
-    std::vector<std::pair<const uint8_t*, size_t>> in(static_cast<size_t>(B));
+    GpuJpegDecoder::Files in(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i)
       in[static_cast<size_t>(i)] = {files[static_cast<size_t>(i)].data(), files[static_cast<size_t>(i)].size()};
-    started->record(side);
-    const auto t_decode = clock::now();
-    std::vector<torch::Tensor> img = decoder_->decode(in);
-    const double decode_host_ms = ms_since(t_decode);
-    // what nvJPEG did not take: the CPU decoder, in parallel, then one upload each
+    // the CPU's part: what nvJPEG cannot take, and decode_cpu_share of the rest spread over the batch; decoded by
+    // the CPU threads while the engines decode the other part
+    std::vector<char> take(static_cast<size_t>(B), 1);
     std::vector<int64_t> fallback;
-    for (int64_t i = 0; i < B; ++i)
-      if (!img[static_cast<size_t>(i)].defined()) fallback.push_back(i);
+    int64_t shared = 0;
+    const double share = opt_.decode_cpu_share;
+    for (int64_t i = 0; i < B; ++i) {
+      const bool spread = share > 0 && std::floor((i + 1) * share) > std::floor(i * share);
+      if (!info[static_cast<size_t>(i)].supported || spread) {
+        take[static_cast<size_t>(i)] = 0;
+        fallback.push_back(i);
+        if (info[static_cast<size_t>(i)].supported) ++shared;
+      }
+    }
     std::vector<RgbImage> cpu(fallback.size());
     std::vector<char> failed(fallback.size(), 0);
-    parallel_for(static_cast<int64_t>(fallback.size()), threads, [&](int64_t k) {
-      const int64_t i = fallback[static_cast<size_t>(k)];
-      const auto& f = files[static_cast<size_t>(i)];
-      const std::string name = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].name();
-      try {
-        TRAINER_CHECK(!f.empty(), name, ": unreadable");
-        if (sniff_format(f.data(), f.size()) == ImageFormat::jpeg) {
-          JpegDecoder jpeg;
-          jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, cpu[static_cast<size_t>(k)], name);
-        } else {
-          decode_png(f.data(), f.size(), cpu[static_cast<size_t>(k)], name);
+    auto cpu_part = std::async(std::launch::async, [&] {
+      parallel_for(static_cast<int64_t>(fallback.size()), threads, [&](int64_t k) {
+        const int64_t i = fallback[static_cast<size_t>(k)];
+        const auto& f = files[static_cast<size_t>(i)];
+        const std::string name = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].name();
+        try {
+          TRAINER_CHECK(!f.empty(), name, ": unreadable");
+          if (sniff_format(f.data(), f.size()) == ImageFormat::jpeg) {
+            JpegDecoder jpeg;
+            jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, cpu[static_cast<size_t>(k)], name);
+          } else {
+            decode_png(f.data(), f.size(), cpu[static_cast<size_t>(k)], name);
+          }
+        } catch (const Error& e) {
+          failed[static_cast<size_t>(k)] = 1;
+          log::warn("skipping a bad sample: ", e.what());
         }
-      } catch (const Error& e) {
-        failed[static_cast<size_t>(k)] = 1;
-        log::warn("skipping a bad sample: ", e.what());
-      }
+      });
     });
+    started->record(side);
+    const auto t_decode = clock::now();
+    std::vector<torch::Tensor> img;
+    try {
+      img = decoder_->decode(in, info, take);
+    } catch (...) {
+      cpu_part.wait();
+      throw;
+    }
+    cpu_part.get();
+    const double decode_host_ms = ms_since(t_decode);
     for (size_t k = 0; k < fallback.size(); ++k) {
       if (failed[k]) continue;
       const RgbImage& r = cpu[k];
@@ -428,7 +484,8 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
               .to(device_, /*non_blocking=*/true);
     }
     int64_t fallbacks = 0, replaced = 0;
-    for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
+    for (size_t k = 0; k < fallback.size(); ++k)
+      fallbacks += failed[k] || info[static_cast<size_t>(fallback[k])].supported ? 0 : 1;
     // a sample that failed everywhere takes the place (and label) of the next good one in the batch
     std::vector<int64_t> label(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
@@ -465,6 +522,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     stats_.host_augment_ms += augment_host_ms;
     ++stats_.host_batches;
     stats_.gpu += B - static_cast<int64_t>(fallback.size());
+    stats_.cpu_share += shared;
     stats_.cpu_fallback += fallbacks;
     stats_.bad += replaced;
   }
