@@ -75,11 +75,6 @@ case "$phase" in
       | grep -E "bench-data|error"
     $T bench-data "${common[@]}" --set data.decode=auto --set data.workers=4 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
-    for cfg in "4 0.15" "8 0.25" "14 0.3" "14 0.4"; do  # threads, decode_cpu_share: the cores beside the engines
-      set -- $cfg
-      $T bench-data "${common[@]}" --set data.decode=gpu --set data.workers=$1 --set data.decode_cpu_share=$2 \
-        --out "$out/bench/data_gpu_${1}threads_share$2.json" 2>&1 | grep -E "bench-data|error"
-    done
     python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \

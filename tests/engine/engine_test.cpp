@@ -339,8 +339,6 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
   EXPECT_NE(dynamic_cast<ImageLoader*>(l.get()), nullptr);
   EXPECT_NE(why.find("cpu (no GPU)"), std::string::npos) << why;
   EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
-  EXPECT_THROW(config_from_overrides({"data.decode_cpu_share=1.5"}), ConfigError);
-  EXPECT_DOUBLE_EQ(config_from_overrides({"data.decode_cpu_share=0.25"}).data.decode_cpu_share, 0.25);
 }
 
 TEST(CudaGraphConfig, RefusedWithoutCudaOrWithAccumulation) {

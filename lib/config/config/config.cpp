@@ -137,10 +137,6 @@ Schema fields_of(Config& c) {
                "engines where present) with crop, resize and flip on the GPU; auto = time both on a few batches at "
                "start-up and keep the faster",
                {"cpu", "gpu", "auto"});
-  s.add_float("data.decode_cpu_share", &c.data.decode_cpu_share,
-              "data.decode gpu: this fraction of each batch is decoded by the CPU threads while the GPU's JPEG "
-              "engines decode the rest (adds the cores' speed to the engines'); 0 = the engines alone",
-              closed(0, 1));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",

@@ -61,7 +61,6 @@ struct DataConfig {
   int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
-  double decode_cpu_share = 0.0;      // decode gpu: fraction of each batch decoded by the CPU threads meanwhile
   std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (measured)
   double cache_gb = 0.0;              // image files: keep samples in RAM after the first read, up to N GiB
   std::string cache = "encoded";      // encoded (the files' bytes) | decoded (full RGB images: no decode later)

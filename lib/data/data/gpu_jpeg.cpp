@@ -129,10 +129,8 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
   return info;
 }
 
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info,
-                                                  const std::vector<char>& take) {
-  TRAINER_CHECK(info.size() == files.size() && (take.empty() || take.size() == files.size()),
-                "GpuJpegDecoder::decode: one info (and one take flag) per file");
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info) {
+  TRAINER_CHECK(info.size() == files.size(), "GpuJpegDecoder::decode: one info per file");
   std::vector<torch::Tensor> out(files.size());
   std::vector<const unsigned char*> data;
   std::vector<size_t> lengths;
@@ -140,7 +138,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
   std::vector<size_t> which;
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(device_);
   for (size_t i = 0; i < files.size(); ++i) {
-    if (!info[i].supported || (!take.empty() && !take[i])) continue;
+    if (!info[i].supported) continue;
     torch::Tensor t = torch::empty({info[i].height, info[i].width, 3}, opts);
     nvjpegImage_t img{};
     img.channel[0] = t.data_ptr<uint8_t>();
@@ -178,9 +176,7 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : device_(device) {
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
 std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int) { return {}; }
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&, const std::vector<char>&) {
-  return {};
-}
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&) { return {}; }
 #endif
 
 // ---- crop + resize + flip of a batch ----
@@ -428,51 +424,52 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     GpuJpegDecoder::Files in(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i)
       in[static_cast<size_t>(i)] = {files[static_cast<size_t>(i)].data(), files[static_cast<size_t>(i)].size()};
-    // the CPU's part: what nvJPEG cannot take, and decode_cpu_share of the rest spread over the batch; decoded by
-    // the CPU threads while the engines decode the other part
-    std::vector<char> take(static_cast<size_t>(B), 1);
+    // what nvJPEG cannot take: the CPU threads decode it while the engines decode the rest
     std::vector<int64_t> fallback;
-    int64_t shared = 0;
-    const double share = opt_.decode_cpu_share;
-    for (int64_t i = 0; i < B; ++i) {
-      const bool spread = share > 0 && std::floor((i + 1) * share) > std::floor(i * share);
-      if (!info[static_cast<size_t>(i)].supported || spread) {
-        take[static_cast<size_t>(i)] = 0;
-        fallback.push_back(i);
-        if (info[static_cast<size_t>(i)].supported) ++shared;
-      }
-    }
+    for (int64_t i = 0; i < B; ++i)
+      if (!info[static_cast<size_t>(i)].supported) fallback.push_back(i);
     std::vector<RgbImage> cpu(fallback.size());
     std::vector<char> failed(fallback.size(), 0);
-    auto cpu_part = std::async(std::launch::async, [&] {
-      parallel_for(static_cast<int64_t>(fallback.size()), threads, [&](int64_t k) {
-        const int64_t i = fallback[static_cast<size_t>(k)];
+    auto decode_on_cpu = [&](size_t from) {  // fallback[from..] into cpu[from..]
+      parallel_for(static_cast<int64_t>(fallback.size() - from), threads, [&](int64_t j) {
+        const size_t k = from + static_cast<size_t>(j);
+        const int64_t i = fallback[k];
         const auto& f = files[static_cast<size_t>(i)];
         const std::string name = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].name();
         try {
           TRAINER_CHECK(!f.empty(), name, ": unreadable");
           if (sniff_format(f.data(), f.size()) == ImageFormat::jpeg) {
             JpegDecoder jpeg;
-            jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, cpu[static_cast<size_t>(k)], name);
+            jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, cpu[k], name);
           } else {
-            decode_png(f.data(), f.size(), cpu[static_cast<size_t>(k)], name);
+            decode_png(f.data(), f.size(), cpu[k], name);
           }
         } catch (const Error& e) {
-          failed[static_cast<size_t>(k)] = 1;
+          failed[k] = 1;
           log::warn("skipping a bad sample: ", e.what());
         }
       });
-    });
+    };
+    auto cpu_part = std::async(std::launch::async, decode_on_cpu, size_t{0});
     started->record(side);
     const auto t_decode = clock::now();
     std::vector<torch::Tensor> img;
     try {
-      img = decoder_->decode(in, info, take);
+      img = decoder_->decode(in, info);
     } catch (...) {
       cpu_part.wait();
       throw;
     }
     cpu_part.get();
+    // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
+    const size_t late = fallback.size();
+    for (int64_t i = 0; i < B; ++i)
+      if (info[static_cast<size_t>(i)].supported && !img[static_cast<size_t>(i)].defined()) fallback.push_back(i);
+    if (fallback.size() > late) {
+      cpu.resize(fallback.size());
+      failed.resize(fallback.size(), 0);
+      decode_on_cpu(late);
+    }
     const double decode_host_ms = ms_since(t_decode);
     for (size_t k = 0; k < fallback.size(); ++k) {
       if (failed[k]) continue;
@@ -484,8 +481,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
               .to(device_, /*non_blocking=*/true);
     }
     int64_t fallbacks = 0, replaced = 0;
-    for (size_t k = 0; k < fallback.size(); ++k)
-      fallbacks += failed[k] || info[static_cast<size_t>(fallback[k])].supported ? 0 : 1;
+    for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
     // a sample that failed everywhere takes the place (and label) of the next good one in the batch
     std::vector<int64_t> label(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
@@ -522,7 +518,6 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     stats_.host_augment_ms += augment_host_ms;
     ++stats_.host_batches;
     stats_.gpu += B - static_cast<int64_t>(fallback.size());
-    stats_.cpu_share += shared;
     stats_.cpu_fallback += fallbacks;
     stats_.bad += replaced;
   }

@@ -43,10 +43,10 @@ class GpuJpegDecoder {
   };
   // Header parsing only (no device work), on up to `threads` threads; callable from another thread than decode().
   std::vector<Info> inspect(const Files& files, int threads = 1);
-  // Decodes the files with info.supported and take[i] (all when `take` is empty), queued on the current CUDA
-  // stream; the rest come back undefined. The host data must stay valid until the call returns.
-  std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info, const std::vector<char>& take);
-  std::vector<torch::Tensor> decode(const Files& files) { return decode(files, inspect(files), {}); }
+  // Decodes the files with info.supported, queued on the current CUDA stream; the rest come back undefined. The
+  // host data must stay valid until the call returns.
+  std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info);
+  std::vector<torch::Tensor> decode(const Files& files) { return decode(files, inspect(files)); }
 
  private:
   struct Impl;
@@ -56,7 +56,6 @@ class GpuJpegDecoder {
 
 struct GpuDecodeStats {
   int64_t gpu = 0, cpu_fallback = 0, bad = 0;  // samples decoded by nvJPEG, by the CPU decoder, replaced
-  int64_t cpu_share = 0;                       // nvJPEG-able samples the CPU threads decoded (decode_cpu_share)
   int64_t batches = 0;                         // batches whose device time is in the two figures below
   // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
   // where the device is idle) to the end of the decode on the engines/SMs

@@ -198,8 +198,6 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     const double per = std::max<int64_t>(st.batches, 1);
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
                        {"cpu_fallback", st.cpu_fallback},
-                       {"cpu_share", st.cpu_share},
-                       {"decode_cpu_share", o.decode_cpu_share},
                        {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
                        {"timed_batches", st.batches},
                        {"decode_stream_ms_per_batch", st.decode_ms / per},
@@ -215,11 +213,11 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   r.json = j.dump(2);
   if (gpu_loader)
     log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG, %lld by the CPU "
-                        "fallback, %lld by the CPU share | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
+                        "fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
                         r.img_per_s, gpu_loader->hardware() ? "hardware engines" : "nvJPEG", r.workers,
                         static_cast<long long>(gpu_loader->stats().gpu),
                         static_cast<long long>(gpu_loader->stats().cpu_fallback),
-                        static_cast<long long>(gpu_loader->stats().cpu_share), gpu_loader->stats().decode_ms / std::max<int64_t>(gpu_loader->stats().batches, 1),
+                        gpu_loader->stats().decode_ms / std::max<int64_t>(gpu_loader->stats().batches, 1),
                         gpu_loader->stats().augment_ms / std::max<int64_t>(gpu_loader->stats().batches, 1)));
   else
     log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "

@@ -223,7 +223,6 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
   o.cache_gb = d.cache_gb;
-  o.decode_cpu_share = d.decode_cpu_share;
   o.cache_decoded = d.cache == "decoded";
   return o;
 }
