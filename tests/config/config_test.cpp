@@ -88,6 +88,8 @@ TEST(Config, BadChoiceListsAllowed) {
   const std::string m = load_error("train:\n  precision: fp8\n");
   expect_has(m, "'train.precision'");
   expect_has(m, "one of: bf16, fp16, fp32");
+  expect_has(load_error("data:\n  auto_augment: randaugment\n"), "one of: none, rand, trivial");
+  expect_has(load_error("data:\n  auto_augment_magnitude: 31\n"), "'data.auto_augment_magnitude'");
 }
 
 TEST(Config, ListLengthAndItems) {

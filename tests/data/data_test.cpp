@@ -278,7 +278,7 @@ TEST_F(Folder, SameBatchesWithOneOrFourThreads) {
   EXPECT_FALSE(torch::equal(epoch(one, 0)[0], epoch(one, 1)[0]));
 }
 
-TEST_F(Folder, JitterAndErasingKeepThreadIndependenceAndSpareEval) {
+TEST_F(Folder, RandAugmentJitterAndErasingKeepThreadIndependenceAndSpareEval) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir));
   ImageLoaderOptions o = options(1);
@@ -286,6 +286,7 @@ TEST_F(Folder, JitterAndErasingKeepThreadIndependenceAndSpareEval) {
   o.channels_last = false;
   o.augment.jitter = {0.4, 0.4, 0.4, 0.1};
   o.augment.erase_prob = 0.5;
+  o.augment.auto_augment.policy = "rand";  // RandAugment too: grouped by op, still per-sample draws
   ImageLoaderOptions o4 = o;
   o4.workers = 4;
   ImageLoaderOptions plain = o;

@@ -154,6 +154,14 @@ Schema fields_of(Config& c) {
   s.add_list("data.erase_scale", &c.data.erase_scale, "random erasing: range of the erased area fraction", 2,
              closed(0, 1));
   s.add_list("data.erase_ratio", &c.data.erase_ratio, "random erasing: range of the box aspect ratio", 2, above(0));
+  s.add_string("data.auto_augment", &c.data.auto_augment,
+               "training RandAugment (rand) or TrivialAugmentWide (trivial) with torchvision's ops, magnitudes and "
+               "uint8 rounding, per sample on the device after the crop; none = off",
+               {"none", "rand", "trivial"});
+  s.add_int("data.auto_augment_ops", &c.data.auto_augment_ops, "RandAugment: ops applied to each sample (num_ops)",
+            closed(1, 4));
+  s.add_int("data.auto_augment_magnitude", &c.data.auto_augment_magnitude,
+            "RandAugment: magnitude bin of 31 (torchvision's magnitude, default 9)", closed(0, 30));
   s.add_string("data.erase_mode", &c.data.erase_mode, "random erasing fill: 0 (the mean colour) or normal noise",
                {"const", "pixel"});
 

@@ -69,6 +69,9 @@ struct DataConfig {
   std::vector<double> erase_scale = {0.02, 0.33};  // erased area fraction
   std::vector<double> erase_ratio = {0.3, 3.3};    // erased box aspect ratio
   std::string erase_mode = "const";   // const (0 = the mean colour) | pixel (normal noise)
+  std::string auto_augment = "none";  // none | rand (RandAugment) | trivial (TrivialAugmentWide), torchvision's
+  int64_t auto_augment_ops = 2;       // rand: ops per sample
+  int64_t auto_augment_magnitude = 9; // rand: magnitude bin 0..30
 };
 
 struct OptimConfig {

@@ -162,12 +162,22 @@ void BatchAugmenter::jitter_255_(torch::Tensor& x, const Draws& d) const {
   x.mul_(255.0);
 }
 
+void BatchAugmenter::auto_augment_255_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch) const {
+  if (!opt_.auto_augment.on()) return;
+  std::vector<AutoAugmentDraw> draws;
+  draws.reserve(indices.size());
+  for (int64_t i : indices) draws.push_back(draw_auto_augment(opt_.auto_augment, seed_, epoch, i, x.size(2), x.size(3)));
+  x.round_();
+  auto_augment_(x, draws);
+}
+
 void BatchAugmenter::normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
                                 const torch::Tensor& mean255, const torch::Tensor& inv_std255) const {
   const bool augment = train && enabled();
   Draws d;
   if (augment) {
     d = draw(indices, epoch, x.size(2), x.size(3), x.device());
+    auto_augment_255_(x, indices, epoch);
     jitter_255_(x, d);
   }
   x.sub_(mean255).mul_(inv_std255);

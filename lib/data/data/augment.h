@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/auto_augment.h"
+
 namespace trainer {
 
 struct AugmentOptions {
@@ -21,6 +23,7 @@ struct AugmentOptions {
   std::vector<double> erase_scale = {0.02, 0.33};  // erased area fraction
   std::vector<double> erase_ratio = {0.3, 3.3};    // erased box aspect ratio
   bool erase_pixel = false;                       // fill with normal noise instead of 0
+  AutoAugmentOptions auto_augment;                // RandAugment / TrivialAugmentWide, first of all
   bool jitter_on() const;
   bool erase_on() const { return erase_prob > 0; }
 };
@@ -45,16 +48,20 @@ void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel);
 class BatchAugmenter {
  public:
   BatchAugmenter(AugmentOptions o, uint64_t seed) : opt_(std::move(o)), seed_(seed) {}
-  bool enabled() const { return opt_.jitter_on() || opt_.erase_on(); }
+  bool enabled() const { return opt_.jitter_on() || opt_.erase_on() || opt_.auto_augment.on(); }
   struct Draws {
     torch::Tensor factors, order, boxes;
   };
   Draws draw(const std::vector<int64_t>& indices, int64_t epoch, int64_t H, int64_t W, torch::Device device) const;
+  // x (B,C,H,W) floats on the 0..255 scale: RandAugment / TrivialAugmentWide with uint8 semantics (x is rounded
+  // to integers first, as a uint8 image would be)
+  void auto_augment_255_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch) const;
   // x in [0, 255] scale floats (B,3,H,W): jitter works on [0, 1] and the result returns to [0, 255]
   void jitter_255_(torch::Tensor& x, const Draws& d) const;
   void erase_(torch::Tensor& x, const Draws& d) const;
-  // The image loaders' last step: x (B,3,H,W) floats on a 0..255 scale become (x - mean) / std, with colour
-  // jitter before and erasing after when `train` (mean255 and inv_std255 broadcast over (1,3,1,1)).
+  // The image loaders' last step: x (B,3,H,W) floats on a 0..255 scale become (x - mean) / std, with
+  // RandAugment/TrivialAugment and colour jitter before and erasing after when `train` (mean255 and inv_std255
+  // broadcast over (1,3,1,1)).
   void normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
                   const torch::Tensor& mean255, const torch::Tensor& inv_std255) const;
 

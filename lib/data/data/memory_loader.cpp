@@ -98,6 +98,7 @@ bool MemoryLoader::next(Batch& out) {
   BatchAugmenter::Draws draws;
   if (extra) {
     draws = aug.draw(out.indices, epoch_, out_h, out_w, dev.device());
+    aug.auto_augment_255_(x, out.indices, epoch_);
     if (x.size(1) == 3) aug.jitter_255_(x, draws);  // colour jitter needs RGB
   }
   x = x.sub_(mean255_).mul_(inv_std255_);

@@ -49,6 +49,9 @@ AugmentOptions augment_options(const DataConfig& d) {
   a.erase_scale = d.erase_scale;
   a.erase_ratio = d.erase_ratio;
   a.erase_pixel = d.erase_mode == "pixel";
+  if (d.auto_augment != "none") a.auto_augment.policy = d.auto_augment;
+  a.auto_augment.num_ops = static_cast<int>(d.auto_augment_ops);
+  a.auto_augment.magnitude = static_cast<int>(d.auto_augment_magnitude);
   return a;
 }
 
