@@ -3,7 +3,9 @@
 RandomResizedCrop 224 + horizontal flip, the same files and worker count), batches moved to the GPU and
 normalised there as float (the same output as trainer's loader), warm-up batches excluded. Prints JSON.
 
-usage: bench_torch_dataloader.py ROOT --workers N [--batch-size 256] [--batches 50] [--warmup 5] [--out F]
+usage: bench_torch_dataloader.py ROOT --workers N [--batch-size 256] [--batches 50] [--warmup 5]
+                                 [--auto-augment none|rand|trivial] [--out F]
+(--auto-augment adds torchvision's RandAugment() or TrivialAugmentWide() after the flip, on the PIL image.)
 """
 import argparse
 import json
@@ -21,10 +23,13 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--batches", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--auto-augment", choices=["none", "rand", "trivial"], default="none")
     ap.add_argument("--out")
     a = ap.parse_args()
-    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
-                             transforms.PILToTensor()])  # uint8; normalisation on the GPU, as trainer does
+    extra = {"none": [], "rand": [transforms.RandAugment()], "trivial": [transforms.TrivialAugmentWide()]}
+    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()] +
+                            extra[a.auto_augment] +
+                            [transforms.PILToTensor()])  # uint8; normalisation on the GPU, as trainer does
     ds = torchvision.datasets.ImageFolder(a.root, transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                                      pin_memory=True, drop_last=True, persistent_workers=True,
@@ -54,7 +59,7 @@ def main():
         torch.cuda.synchronize()
     sec = time.perf_counter() - t0
     res = {"tool": "torch DataLoader", "workers": a.workers, "batch_size": a.batch_size, "files": len(ds),
-           "augment": "RandomResizedCrop(224)+flip, PIL", "output": "float32 channels_last on the device, normalised",
+           "augment": "RandomResizedCrop(224)+flip" + {"none": "", "rand": "+RandAugment", "trivial": "+TrivialAugmentWide"}[a.auto_augment] + ", PIL", "output": "float32 channels_last on the device, normalised",
            "img_per_s": n / sec}
     text = json.dumps(res, indent=2)
     print(text)

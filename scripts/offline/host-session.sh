@@ -5,6 +5,7 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   autoaug (RandAugment / TrivialAugmentWide cost, against the DataLoader with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
@@ -83,6 +84,28 @@ case "$phase" in
     $T bench --config configs/imagenet_like.yaml --set data.workers=4 --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_pipeline_cpu4.json" 2>&1 | grep -E "bench resnet50|error"
+    $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
+    ;;
+  autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
+            # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
+    for aa in none rand trivial; do
+      $T bench-data "${common[@]}" --set data.auto_augment=$aa --out "$out/bench/data_cpu_$aa.json" 2>&1 | grep bench-data
+      $T bench-data "${common[@]}" --set data.auto_augment=$aa --set data.decode=gpu --set data.workers=4 \
+        --out "$out/bench/data_gpu_$aa.json" 2>&1 | grep -E "bench-data|error"
+      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --auto-augment $aa \
+        --out "$out/bench/data_torch_dataloader_$aa.json" 2>&1 | grep img_per_s
+    done
+    $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
+      --set data.auto_augment=rand --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_pipeline_gpudecode_randaugment.json" 2>&1 | grep -E "bench resnet50|error"
+    $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
+      --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
+      --out "$out/bench/resnet50_bf16_pipeline_gpudecode.json" 2>&1 | grep -E "bench resnet50|error"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
     ;;

@@ -184,7 +184,9 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   nlohmann::json j;
   j["tool"] = "trainer";
   j["workload"] = {{"root", d.root},           {"split", d.train_split},   {"files", files},
-                   {"image_size", d.image_size}, {"batch_size", d.batch_size}, {"augment", d.train_crop + "+flip"},
+                   {"image_size", d.image_size}, {"batch_size", d.batch_size}, {"augment", d.train_crop + "+flip" +
+                                  (d.auto_augment == "none" ? std::string() : "+" + d.auto_augment + "augment") +
+                                  (d.jitter.empty() ? "" : "+jitter") + (d.erase_prob > 0 ? "+erasing" : "")},
                    {"dct_scale", d.dct_scale}, {"crop_decode", d.crop_decode}, {"workers", o.workers},
                    {"output", ctx.device.is_cuda() ? "float32 NCHW channels_last on the GPU, normalised"
                                                    : "float32 NCHW on the CPU, normalised"}};
