@@ -6,6 +6,7 @@
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   autoaug (RandAugment / TrivialAugmentWide cost, against the DataLoader with torchvision's)
+#   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
@@ -108,6 +109,22 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_pipeline_gpudecode.json" 2>&1 | grep -E "bench resnet50|error"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
+    ;;
+  interp)  # train with trainer's resize, evaluate the same weights with trainer's and with torchvision's (PIL);
+            # short runs too, so top-1 is not saturated on this 12-class set
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    for ep in ${EPOCHS:-2 4 30}; do
+      $T --config configs/imagenet_like.yaml --set model.name=resnet18 --set train.epochs=$ep \
+        --set run.out_dir="$out/runs_$ep" > "$out/interp_train_$ep.log" 2>&1 || tail -20 "$out/interp_train_$ep.log"
+      w="$out/runs_$ep/imagenet_like/model.safetensors"
+      echo "== resnet18, $ep epochs"
+      $T eval --config configs/imagenet_like.yaml --set model.name=resnet18 --weights "$w" 2>&1 \
+        | tee "$out/eval_trainer_$ep.txt" | grep -E "^eval|error"
+      python3 scripts/eval_torchvision.py data/imagenet_like/val "$w" --model resnet18 --num-classes 12 \
+        --out "$out/eval_torchvision_$ep.json" | grep -E "top1|loss"
+      rm -rf "$out/runs_$ep/imagenet_like/checkpoints" "$w"
+    done
     ;;
   pipeline)  # the pipeline alone, every path, with the torch DataLoader in the same call
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
