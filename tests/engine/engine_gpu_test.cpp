@@ -322,8 +322,10 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   test::write_file(dir.file("set/c0/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
   const auto list = scan_image_folder(dir.file("set"));
   torch::Device dev(torch::kCUDA, 0);
+  for (const int decoders : {1, 2})
   for (const bool train : {false, true}) {
     ImageLoaderOptions o;
+    o.gpu_decoders = decoders;  // 2: two nvJPEG decoders submit halves of each batch from two threads
     o.batch_size = 8;
     o.image_size = 48;
     o.workers = 3;
@@ -361,8 +363,8 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     EXPECT_GT(st.gpu, 0);
     EXPECT_GE(st.cpu_fallback, 6 * 2) << "CMYK and PNG files go to the CPU decoder";
     EXPECT_GE(st.bad, 1) << "the corrupt file is replaced";
-    std::printf("  %s: %lld by nvJPEG (%s), %lld by the CPU fallback, %lld replaced\n", train ? "train" : "eval",
-                static_cast<long long>(st.gpu), gpu.hardware() ? "hardware engines" : "default backend",
+    std::printf("  %d decoder(s), %s: %lld by nvJPEG (%s), %lld by the CPU fallback, %lld replaced\n", decoders,
+                train ? "train" : "eval", static_cast<long long>(st.gpu), gpu.hardware() ? "hardware engines" : "default backend",
                 static_cast<long long>(st.cpu_fallback), static_cast<long long>(st.bad));
   }
 }

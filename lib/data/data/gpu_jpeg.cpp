@@ -262,7 +262,9 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device), pool_(std::make_unique<Pool>()) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
-  decoder_ = std::make_unique<GpuJpegDecoder>(device);
+  TRAINER_CHECK(opt_.gpu_decoders >= 1 && opt_.gpu_decoders <= 8, "data.gpu_decoders must be 1..8, got ",
+                opt_.gpu_decoders);
+  for (int k = 0; k < opt_.gpu_decoders; ++k) decoders_.push_back(std::make_unique<GpuJpegDecoder>(device));
   std::vector<float> m, is;
   for (int c = 0; c < 3; ++c) {
     m.push_back(static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]));
@@ -352,7 +354,7 @@ bool GpuImageLoader::next(Batch& out) {
   return true;
 }
 
-bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
+bool GpuImageLoader::hardware() const { return decoders_[0]->hardware(); }
 
 void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   stop();
@@ -377,6 +379,54 @@ Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* fl
   return sample_window(opt_, index, epoch, w, h, flip);
 }
 
+#ifdef TRAINER_WITH_NVJPEG
+// The batch in decoders_.size() contiguous slices, each submitted by its own decoder from its own thread on its own
+// stream (the batched decode call returns when its images are decoded, so one caller leaves the engines idle
+// while it parses and submits); `side` waits for every slice, and the images are marked as used on it.
+namespace {
+std::vector<torch::Tensor> decode_slices(const std::vector<std::unique_ptr<GpuJpegDecoder>>& decoders,
+                                         torch::Device device, const GpuJpegDecoder::Files& in,
+                                         const std::vector<GpuJpegDecoder::Info>& info, const c10::cuda::CUDAStream& side) {
+  const size_t n = in.size(), k = std::min(decoders.size(), std::max<size_t>(n, 1));
+  if (k <= 1) return decoders[0]->decode(in, info);
+  std::vector<torch::Tensor> img(n);
+  std::vector<std::future<void>> parts;
+  for (size_t c = 0; c < k; ++c) {
+    const size_t lo = n * c / k, hi = n * (c + 1) / k;
+    parts.push_back(std::async(std::launch::async, [&, c, lo, hi] {
+      c10::cuda::CUDAGuard device_guard(device.index());
+      const auto stream = c10::cuda::getStreamFromPool(false, device.index());
+      c10::cuda::CUDAStreamGuard stream_guard(stream);
+      at::cuda::CUDAEvent ready;
+      ready.record(side);  // the slice's images may reuse memory the side stream freed
+      ready.block(stream);
+      GpuJpegDecoder::Files f(in.begin() + static_cast<std::ptrdiff_t>(lo), in.begin() + static_cast<std::ptrdiff_t>(hi));
+      std::vector<GpuJpegDecoder::Info> i(info.begin() + static_cast<std::ptrdiff_t>(lo),
+                                          info.begin() + static_cast<std::ptrdiff_t>(hi));
+      std::vector<torch::Tensor> got = decoders[c]->decode(f, i);
+      at::cuda::CUDAEvent done;
+      done.record(stream);
+      done.block(side);
+      for (size_t j = 0; j < got.size(); ++j) {
+        if (got[j].defined()) got[j].record_stream(side);
+        img[lo + j] = std::move(got[j]);
+      }
+    }));
+  }
+  std::exception_ptr error;
+  for (auto& p : parts) {
+    try {
+      p.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return img;
+}
+}  // namespace
+#endif
+
 bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
 #ifdef TRAINER_WITH_NVJPEG
   if (cursor_ >= total_) return false;
@@ -394,7 +444,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     });
     GpuJpegDecoder::Files in(r.files.size());
     for (size_t i = 0; i < in.size(); ++i) in[i] = {r.files[i].data(), r.files[i].size()};
-    r.info = decoder_->inspect(in, threads);
+    r.info = decoders_[0]->inspect(in, threads);
     return r;
   };
   using clock = std::chrono::steady_clock;
@@ -455,7 +505,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     const auto t_decode = clock::now();
     std::vector<torch::Tensor> img;
     try {
-      img = decoder_->decode(in, info);
+      img = decode_slices(decoders_, device_, in, info, side);
     } catch (...) {
       cpu_part.wait();
       throw;
