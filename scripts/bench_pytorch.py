@@ -9,12 +9,13 @@ usage: bench_pytorch.py --model resnet50 --batch-size 256 --image-size 224 --pre
                         [--channels-last] [--compile] [--steps 100] [--warmup 20] [--out result.json]
 """
 import argparse
-import json
 import os
 import platform
 import time
 
 import torch
+
+from result_json import emit
 
 
 def build(name, num_classes):
@@ -99,11 +100,7 @@ def main():
         torch.distributed.destroy_process_group()
         if rank != 0:
             return
-    text = json.dumps(res, indent=2)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit(res, a.out)
 
 
 if __name__ == "__main__":

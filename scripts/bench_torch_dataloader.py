@@ -8,12 +8,13 @@ usage: bench_torch_dataloader.py ROOT --workers N [--batch-size 256] [--batches 
 (--auto-augment adds torchvision's RandAugment() or TrivialAugmentWide() after the flip, on the PIL image.)
 """
 import argparse
-import json
 import time
 
 import torch
 import torchvision
 from torchvision import transforms
+
+from result_json import emit
 
 
 def main():
@@ -59,13 +60,11 @@ def main():
         torch.cuda.synchronize()
     sec = time.perf_counter() - t0
     res = {"tool": "torch DataLoader", "workers": a.workers, "batch_size": a.batch_size, "files": len(ds),
-           "augment": "RandomResizedCrop(224)+flip" + {"none": "", "rand": "+RandAugment", "trivial": "+TrivialAugmentWide"}[a.auto_augment] + ", PIL", "output": "float32 channels_last on the device, normalised",
+           "augment": "RandomResizedCrop(224)+flip" + "".join("+" + type(t).__name__ for t in extra[a.auto_augment]) +
+                      ", PIL",
+           "output": "float32 channels_last on the device, normalised",
            "img_per_s": n / sec}
-    text = json.dumps(res, indent=2)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit(res, a.out)
 
 
 if __name__ == "__main__":

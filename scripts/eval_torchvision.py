@@ -8,7 +8,6 @@ usage: eval_torchvision.py VAL_ROOT WEIGHTS --model resnet18 --num-classes N [--
                            [--out F]
 """
 import argparse
-import json
 import math
 
 import timm
@@ -16,6 +15,8 @@ import torch
 import torchvision
 from safetensors.torch import load_file
 from torchvision import transforms
+
+from result_json import emit
 
 
 def main():
@@ -52,11 +53,7 @@ def main():
     res = {"tool": "torchvision eval transforms (PIL) + timm", "model": a.model, "weights": a.weights,
            "resize_shorter": resize, "crop": a.image_size, "images": n, "top1": 100.0 * top1 / n,
            "top5": 100.0 * top5 / n, "loss": loss / n}
-    text = json.dumps(res, indent=2)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit(res, a.out)
 
 
 if __name__ == "__main__":
