@@ -644,6 +644,106 @@ void Trainer::resume_if_asked() {
   log::info("resumed from ", path, " at epoch ", s.epoch + 1, ", batch ", s.batch, ", step ", s.step);
 }
 
+// ---- what fit() reports ----
+
+// One log interval: the log line, a metrics.jsonl record and TensorBoard scalars. Returns this rank's img/s.
+double Trainer::report_interval(const IntervalReport& r) {
+  const int64_t epochs = cfg_.train.epochs;
+  const double rate = r.images / r.seconds;  // this rank's; ranks run in lockstep, so global = rate x W
+  const double per_step = 1e3 / std::max<int64_t>(r.micro_steps, 1);
+  const GpuMemory mem = gpu_memory(ctx_.device);
+  const double scale = scaler_->enabled() ? scaler_->scale_tensor().item<double>() : 0.0;
+  const double mfu = r.peak_flops > 0 ? rate * r.flops_per_image / r.peak_flops : 0.0;
+  std::string line = strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
+                               static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs),
+                               static_cast<long long>(step_), r.loss, lr_, rate * ctx_.world_size);
+  if (ctx_.world_size > 1) line += strprintf(" (%.0f per GPU)", rate);
+  line += strprintf(" | step %.1f ms: data wait %.1f", r.seconds * per_step, per_step * r.wait_s);
+  if (ctx_.device.is_cuda()) line += strprintf(", copy %.1f, GPU %.1f", per_step * r.copy_s, per_step * r.compute_s);
+  else line += strprintf(", compute %.1f", per_step * r.compute_s);
+  if (ctx_.device.is_cuda())
+    line += strprintf(" | mem %.1f/%.1f GiB (peak %.1f)", mem.allocated_gib, mem.reserved_gib, mem.peak_gib);
+  if (scale > 0) line += strprintf(" | scale %.0f", scale);
+  if (mfu > 0) line += strprintf(" | MFU %.1f%%", 100 * mfu);
+  log::info(line);
+  run_dir_->append_metrics(strprintf(
+      R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f,)"
+      R"("step_ms":%.3f,"data_wait_ms":%.3f,"copy_ms":%.3f,"compute_ms":%.3f,"mem_allocated_gib":%.3f,)"
+      R"("mem_reserved_gib":%.3f,"mem_peak_gib":%.3f,"grad_scale":%.1f,"mfu":%.4f})",
+      static_cast<long long>(step_), static_cast<long long>(r.epoch), r.loss, lr_, rate * ctx_.world_size, rate,
+      r.seconds * per_step, per_step * r.wait_s, per_step * r.copy_s, per_step * r.compute_s, mem.allocated_gib,
+      mem.reserved_gib, mem.peak_gib, scale, mfu));
+  std::vector<std::pair<std::string, double>> tb = {
+      {"train/loss", r.loss}, {"train/lr", lr_}, {"perf/img_per_s", rate * ctx_.world_size},
+      {"perf/data_wait_ms", per_step * r.wait_s}, {"perf/compute_ms", per_step * r.compute_s}};
+  if (ctx_.device.is_cuda()) {
+    tb.push_back({"perf/copy_ms", per_step * r.copy_s});
+    tb.push_back({"memory/allocated_gib", mem.allocated_gib});
+    tb.push_back({"memory/peak_gib", mem.peak_gib});
+  }
+  if (scale > 0) tb.push_back({"train/grad_scale", scale});
+  if (mfu > 0) tb.push_back({"perf/mfu", mfu});
+  run_dir_->scalars(step_, tb);
+  return rate;
+}
+
+// The evaluation at the end of an epoch: metrics, scalars, the EMA's evaluation, keep_best. Returns the text
+// the epoch's log line carries.
+std::string Trainer::evaluate_and_record(int64_t epoch, bool done, int64_t batch_in_epoch, FitResult& res) {
+  std::string eval_text;
+  res.eval = evaluate();
+  if (res.eval.samples == 0) return eval_text;
+  eval_text = strprintf(" | eval loss %.4f top1 %.2f%% top5 %.2f%%", res.eval.loss, res.eval.top1, res.eval.top5);
+  run_dir_->append_metrics(strprintf(
+      R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
+      static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1, res.eval.top5,
+      static_cast<long long>(res.eval.samples)));
+  run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
+  if (!ema_.empty()) {
+    const EvalResult e = evaluate_ema();
+    eval_text += strprintf(" | EMA top1 %.2f%%", e.top1);
+    run_dir_->append_metrics(strprintf(
+        R"({"kind":"eval_ema","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
+        static_cast<long long>(step_), static_cast<long long>(epoch), e.loss, e.top1, e.top5,
+        static_cast<long long>(e.samples)));
+    run_dir_->scalars(step_, {{"eval_ema/loss", e.loss}, {"eval_ema/top1", e.top1}});
+  }
+  if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);
+  return eval_text;
+}
+
+// The end of an epoch: its log line, a metrics.jsonl record, scalars, bottleneck verdicts, the bad-file count.
+void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, double compute_s, const std::string& eval_text) {
+  const GpuMemory mem = gpu_memory(ctx_.device);
+  const double img_per_s = ctx_.world_size * et.images / et.wall_s;
+  const double wait_pct = et.wall_s > 0 ? 100.0 * et.data_wait_s / et.wall_s : 0.0;
+  log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s", static_cast<long long>(epoch + 1),
+                      et.wall_s, img_per_s, wait_pct, eval_text.c_str(),
+                      ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
+  run_dir_->append_metrics(strprintf(
+      R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"compute_s":%.3f,)"
+      R"("copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"bad_samples":%lld})",
+      static_cast<long long>(epoch), et.wall_s, img_per_s, wait_pct, compute_s, et.copy_s,
+      static_cast<long long>(std::max<int64_t>(et.drained_steps, 0)), static_cast<long long>(et.steps),
+      static_cast<long long>(train_loader_->bad_samples())));
+  run_dir_->scalars(step_, {{"epoch/img_per_s", img_per_s}, {"epoch/data_wait_pct", wait_pct}});
+  for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
+  if (train_loader_->bad_samples() > 0)
+    log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
+}
+
+// model.safetensors (and model_ema.safetensors) in the run folder
+void Trainer::save_final_weights() {
+  save_weights(*model_, run_dir_->file("model.safetensors"),
+               {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
+  if (!ema_.empty())
+    with_ema_weights([&] {
+      save_weights(*model_, run_dir_->file("model_ema.safetensors"),
+                   {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)},
+                    {"ema_decay", strprintf("%g", cfg_.train.ema_decay)}});
+    });
+}
+
 // ---- the loop ----
 FitResult Trainer::fit() {
   run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer());
@@ -716,42 +816,18 @@ FitResult Trainer::fit() {
         const double copy_s = copy_now - copy_since;
         copy_since = copy_now;
         res.last_train_loss = loss;
-        const double rate = images_since / dt;  // this rank's; ranks run in lockstep, so global = rate x W
-        const double per_step = 1e3 / std::max<int64_t>(micro_since, 1);
-        const GpuMemory mem = gpu_memory(ctx_.device);
-        const double scale = scaler_->enabled() ? scaler_->scale_tensor().item<double>() : 0.0;
-        const double mfu = peak > 0 ? rate * train_flops / peak : 0.0;
-        std::string line = strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
-                                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
-                                     static_cast<long long>(step_), loss, lr_, rate * ctx_.world_size);
-        if (ctx_.world_size > 1) line += strprintf(" (%.0f per GPU)", rate);
-        line += strprintf(" | step %.1f ms: data wait %.1f", 1e3 * dt / std::max<int64_t>(micro_since, 1),
-                          per_step * wait_since);
-        if (ctx_.device.is_cuda()) line += strprintf(", copy %.1f, GPU %.1f", per_step * copy_s, per_step * compute_s);
-        else line += strprintf(", compute %.1f", per_step * compute_s);
-        if (ctx_.device.is_cuda())
-          line += strprintf(" | mem %.1f/%.1f GiB (peak %.1f)", mem.allocated_gib, mem.reserved_gib, mem.peak_gib);
-        if (scale > 0) line += strprintf(" | scale %.0f", scale);
-        if (mfu > 0) line += strprintf(" | MFU %.1f%%", 100 * mfu);
-        log::info(line);
-        run_dir_->append_metrics(strprintf(
-            R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f,)"
-            R"("step_ms":%.3f,"data_wait_ms":%.3f,"copy_ms":%.3f,"compute_ms":%.3f,"mem_allocated_gib":%.3f,)"
-            R"("mem_reserved_gib":%.3f,"mem_peak_gib":%.3f,"grad_scale":%.1f,"mfu":%.4f})",
-            static_cast<long long>(step_), static_cast<long long>(epoch), loss, lr_, rate * ctx_.world_size, rate,
-            1e3 * dt / std::max<int64_t>(micro_since, 1), per_step * wait_since, per_step * copy_s,
-            per_step * compute_s, mem.allocated_gib, mem.reserved_gib, mem.peak_gib, scale, mfu));
-        std::vector<std::pair<std::string, double>> tb = {
-            {"train/loss", loss}, {"train/lr", lr_}, {"perf/img_per_s", rate * ctx_.world_size},
-            {"perf/data_wait_ms", per_step * wait_since}, {"perf/compute_ms", per_step * compute_s}};
-        if (ctx_.device.is_cuda()) {
-          tb.push_back({"perf/copy_ms", per_step * copy_s});
-          tb.push_back({"memory/allocated_gib", mem.allocated_gib});
-          tb.push_back({"memory/peak_gib", mem.peak_gib});
-        }
-        if (scale > 0) tb.push_back({"train/grad_scale", scale});
-        if (mfu > 0) tb.push_back({"perf/mfu", mfu});
-        run_dir_->scalars(step_, tb);
+        IntervalReport r;
+        r.epoch = epoch;
+        r.loss = loss;
+        r.seconds = dt;
+        r.images = images_since;
+        r.micro_steps = micro_since;
+        r.wait_s = wait_since;
+        r.copy_s = copy_s;
+        r.compute_s = compute_s;
+        r.flops_per_image = train_flops;
+        r.peak_flops = peak;
+        const double rate = report_interval(r);
         ProgressState ps;
         ps.epoch = epoch + 1;
         ps.epochs = epochs;
@@ -795,57 +871,20 @@ FitResult Trainer::fit() {
     if (ctx_.dist) ctx_.dist->broadcast_buffers(*model_);
     const bool last = done || epoch + 1 == epochs;
     const int64_t ei = cfg_.train.eval_interval;
-    std::string eval_text;
-    if (last || (ei > 0 && (epoch + 1) % ei == 0)) {
-      res.eval = evaluate();
-      if (res.eval.samples > 0) {
-        eval_text = strprintf(" | eval loss %.4f top1 %.2f%% top5 %.2f%%", res.eval.loss, res.eval.top1, res.eval.top5);
-        run_dir_->append_metrics(strprintf(
-            R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
-            static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1,
-            res.eval.top5, static_cast<long long>(res.eval.samples)));
-        run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
-        if (!ema_.empty()) {
-          const EvalResult e = evaluate_ema();
-          eval_text += strprintf(" | EMA top1 %.2f%%", e.top1);
-          run_dir_->append_metrics(strprintf(
-              R"({"kind":"eval_ema","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
-              static_cast<long long>(step_), static_cast<long long>(epoch), e.loss, e.top1, e.top5,
-              static_cast<long long>(e.samples)));
-          run_dir_->scalars(step_, {{"eval_ema/loss", e.loss}, {"eval_ema/top1", e.top1}});
-        }
-        if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);
-      }
-    }
+    const std::string eval_text =
+        last || (ei > 0 && (epoch + 1) % ei == 0) ? evaluate_and_record(epoch, done, batch_in_epoch, res) : "";
     if (cfg_.checkpoint.every_epoch || cfg_.checkpoint.every_steps > 0) {
       // the position "start of the next epoch" (or the end of the run)
       if (!done) save_checkpoint(epoch + 1, 0);
     }
-    const GpuMemory mem = gpu_memory(ctx_.device);
-    const double wait_pct = epoch_s > 0 ? 100.0 * wait_s / epoch_s : 0.0;
-    const double copy_epoch = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
-    log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s",
-                        static_cast<long long>(epoch + 1), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct,
-                        eval_text.c_str(),
-                        ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
-    run_dir_->append_metrics(strprintf(
-        R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"compute_s":%.3f,)"
-        R"("copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"bad_samples":%lld})",
-        static_cast<long long>(epoch), epoch_s, ctx_.world_size * images_epoch / epoch_s, wait_pct, compute_epoch,
-        copy_epoch, static_cast<long long>(drained_epoch), static_cast<long long>(micro_epoch),
-        static_cast<long long>(train_loader_->bad_samples())));
-    run_dir_->scalars(step_, {{"epoch/img_per_s", ctx_.world_size * images_epoch / epoch_s},
-                              {"epoch/data_wait_pct", wait_pct}});
     EpochTimings et;
     et.images = images_epoch;
     et.steps = micro_epoch;
     et.wall_s = epoch_s;
     et.data_wait_s = wait_s;
-    et.copy_s = copy_epoch;
+    et.copy_s = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
     et.drained_steps = ctx_.device.is_cuda() ? drained_epoch : -1;
-    for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
-    if (train_loader_->bad_samples() > 0)
-      log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
+    report_epoch(epoch, et, compute_epoch, eval_text);
   }
   bar.done();
   profiler.finish();
@@ -853,16 +892,7 @@ FitResult Trainer::fit() {
   res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
   if (res.skipped_steps > 0) log::warn(res.skipped_steps, " optimizer steps skipped for non-finite gradients");
   if (ctx_.dist) check_replicas();
-  if (ctx_.writer()) {
-    save_weights(*model_, run_dir_->file("model.safetensors"),
-                 {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
-    if (!ema_.empty())
-      with_ema_weights([&] {
-        save_weights(*model_, run_dir_->file("model_ema.safetensors"),
-                     {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)},
-                      {"ema_decay", strprintf("%g", cfg_.train.ema_decay)}});
-      });
-  }
+  if (ctx_.writer()) save_final_weights();
   log::info(strprintf("trained %lld steps in %.1f s", static_cast<long long>(step_), res.train_seconds),
             res.eval.samples ? strprintf("; final eval top1 %.2f%% on %lld images", res.eval.top1,
                                          static_cast<long long>(res.eval.samples))

@@ -25,6 +25,7 @@ class GradReducer;
 class BatchMixer;
 class StepGraph;
 struct ImageLoaderOptions;
+struct EpochTimings;
 
 struct RunContext {
   torch::Device device = torch::kCPU;
@@ -93,6 +94,15 @@ class Trainer {
   EvalResult evaluate_ema();
 
  private:
+  struct IntervalReport {  // one log interval of fit()
+    int64_t epoch = 0, images = 0, micro_steps = 0;
+    double loss = 0, seconds = 0, wait_s = 0, copy_s = 0, compute_s = 0;  // host wait, copy and GPU time
+    double flops_per_image = 0, peak_flops = 0;                             // for MFU (0: unknown)
+  };
+  double report_interval(const IntervalReport& r);  // log line, metrics, scalars; returns this rank's img/s
+  std::string evaluate_and_record(int64_t epoch, bool done, int64_t batch_in_epoch, FitResult& res);
+  void report_epoch(int64_t epoch, const EpochTimings& et, double compute_s, const std::string& eval_text);
+  void save_final_weights();
   void build_data();
   void build_image_data(const DataDefaults& defaults);
   void save_checkpoint(int64_t epoch, int64_t batch);
