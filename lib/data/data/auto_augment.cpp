@@ -35,9 +35,17 @@ torch::Tensor grayscale_u8(const torch::Tensor& x) {  // (B,3,H,W) -> (B,1,H,W),
   return (0.2989 * c[0] + 0.587 * c[1] + 0.114 * c[2]).trunc_().unsqueeze(1);
 }
 
+// A small host tensor on `device`, queued without a host sync: a plain .to() from pageable memory would wait for
+// the stream, stalling the loader thread behind everything queued before it (pinned staging is kept alive by
+// the caching host allocator until the copy has run).
+torch::Tensor upload(const torch::Tensor& host, const torch::Device& device) {
+  if (!device.is_cuda()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 torch::Tensor per_sample(const std::vector<double>& v, const torch::Tensor& like) {
   std::vector<float> f(v.begin(), v.end());
-  return torch::tensor(f).view({static_cast<int64_t>(f.size()), 1, 1, 1}).to(like.device());
+  return upload(torch::tensor(f).view({static_cast<int64_t>(f.size()), 1, 1, 1}), like.device());
 }
 
 // torchvision's _blend with factor 1 + magnitude per sample: ratio and 1 - ratio are formed in double (Python
@@ -73,13 +81,14 @@ torch::Tensor warp(const torch::Tensor& x, const std::vector<std::array<double, 
   std::vector<float> th;
   for (const auto& m : mats)
     for (double v : m) th.push_back(static_cast<float>(v));
-  auto theta = torch::tensor(th).view({B, 2, 3}).to(x.device());
+  // theta rescaled on the host (the same float32 division torchvision does), then one upload
+  auto rescaled = upload(torch::tensor(th).view({B, 2, 3}).transpose(1, 2) / torch::tensor({0.5f * W, 0.5f * H}),
+                         x.device());
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
   auto base = torch::empty({1, H, W, 3}, opts);
   base.select(3, 0).copy_(torch::linspace(-W * 0.5 + 0.5, W * 0.5 + 0.5 - 1, W, opts).view({1, 1, W}));
   base.select(3, 1).copy_(torch::linspace(-H * 0.5 + 0.5, H * 0.5 + 0.5 - 1, H, opts).view({1, H, 1}));
   base.select(3, 2).fill_(1.0);
-  auto rescaled = theta.transpose(1, 2) / torch::tensor({0.5f * W, 0.5f * H}, opts);
   auto grid = base.view({1, H * W, 3}).expand({B, H * W, 3}).bmm(rescaled).view({B, H, W, 2});
   return torch::grid_sampler(x, grid, /*nearest*/ 1, /*zeros*/ 0, /*align_corners=*/false);
 }
@@ -248,7 +257,7 @@ void auto_augment_(torch::Tensor& x, const std::vector<AutoAugmentDraw>& draws) 
           mag.push_back(draws[i].magnitude[r]);
         }
       if (idx.empty()) continue;
-      auto where = torch::tensor(idx, torch::kInt64).to(x.device());
+      auto where = upload(torch::tensor(idx, torch::kInt64), x.device());
       x.index_copy_(0, where, apply_auto_op(x.index_select(0, where), op, mag));
     }
   }
