@@ -5,6 +5,8 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
+#     baselines, ResNet-50 end to end)
 #   autoaug (RandAugment / TrivialAugmentWide cost, against the DataLoader with torchvision's)
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
@@ -94,6 +96,37 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_pipeline_cpu4.json" 2>&1 | grep -E "bench resnet50|error"
     $T bench --config configs/imagenet_like.yaml --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
+    ;;
+  gpucrop)  # data.crop_decode on the GPU path (nvJPEG regions) against whole-image decode, in one call
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=${STEPS:-100})
+    gpu=("${common[@]}" --set data.decode=gpu --set data.workers=4)
+    run() { local name=$1; shift; "$@" --out "$out/bench/$name.json" 2>&1 | grep -E "bench-data|error" | sed "s/^/$name: /"; }
+    for rep in 1 2; do  # twice, interleaved: the spread between repeats is the noise
+      run data_gpu_whole_$rep $T bench-data "${gpu[@]}" --set data.crop_decode=false
+      run data_gpu_crop_$rep $T bench-data "${gpu[@]}"
+    done
+    run data_gpu_crop_nosort env TRAINER_NVJPEG_NO_SORT=1 $T bench-data "${gpu[@]}"
+    run data_gpu_crop_noprealloc env TRAINER_NVJPEG_NO_PREALLOC=1 $T bench-data "${gpu[@]}"
+    run data_gpu_crop_pinned env TRAINER_NVJPEG_PINNED=1 $T bench-data "${gpu[@]}"
+    run data_gpu_before env TRAINER_NVJPEG_NO_SORT=1 TRAINER_NVJPEG_NO_PREALLOC=1 $T bench-data "${gpu[@]}" \
+      --set data.crop_decode=false
+    run data_gpu_crop_2decoders $T bench-data "${gpu[@]}" --set data.gpu_decoders=2
+    run data_cpu $T bench-data "${common[@]}" --set bench.steps=40
+    run data_cpu_16threads $T bench-data "${common[@]}" --set bench.steps=40 --set data.workers=16
+    for norm in "" --normalize-in-workers; do
+      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
+        --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
+    done
+    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=10 --set bench.steps=45)
+    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
+      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
+    erun resnet50_bf16_synthetic
+    erun resnet50_bf16_pipeline_gpudecode_crop --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
+    erun resnet50_bf16_pipeline_gpudecode_whole --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline \
+      --set data.crop_decode=false
     ;;
   autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
             # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment

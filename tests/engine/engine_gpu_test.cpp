@@ -304,6 +304,58 @@ TEST(GpuDecode, NvjpegPixelsMatchTheCpuDecoder) {
   EXPECT_FALSE(out[5].defined()) << "CMYK goes to the CPU decoder";
 }
 
+// Crop-only decode on the engines (nvJPEG regions) gives the pixels of the whole-image decode's crop: the region
+// decode starts at the region's first MCU, so only chroma upsampling at the region's edges may round differently.
+TEST(GpuDecode, RegionDecodeMatchesTheWholeImageCrop) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  torch::Device dev(torch::kCUDA, 0);
+  GpuJpegDecoder gpu(dev);
+  if (!gpu.hardware()) GTEST_SKIP() << "region decode is a hardware-engine feature; this device has none";
+  gpu.preallocate(8);
+  std::vector<std::string> bytes;
+  for (const char* n : {"baseline", "odd", "exif", "baseline"}) bytes.push_back(test::read_file(fx + "/" + n + ".jpg"));
+  GpuJpegDecoder::Files in;
+  for (const auto& b : bytes) in.push_back({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+  const auto whole = gpu.decode(in);
+  // regions with odd corners and sizes, one touching the far corner, one the whole image (decoded whole)
+  auto region = [](size_t i, int w, int h) {
+    switch (i) {
+      case 0: return Rect{7, 13, w / 2 + 1, h / 3 + 2};
+      case 1: return Rect{w - 9, h - 11, 9, 11};
+      case 2: return Rect{1, 0, w - 3, h - 5};
+      default: return Rect{0, 0, w, h};
+    }
+  };
+  const auto info = gpu.inspect(in, 2, region);
+  const auto part = gpu.decode(in, info);
+  torch::cuda::synchronize();
+  int cropped = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_TRUE(whole[i].defined() && part[i].defined()) << "file " << i << " is a plain baseline JPEG";
+    const Rect r = region(i, info[i].width, info[i].height);
+    if (i == 3) {
+      EXPECT_EQ(info[i].roi.w, 0) << "the whole image is decoded whole";
+      EXPECT_TRUE(torch::equal(whole[i], part[i]));
+      continue;
+    }
+    if (info[i].roi.w == 0) {  // the engines refused this region: decoded whole, still correct
+      std::printf("  file %zu: region refused by the engines, decoded whole\n", i);
+      EXPECT_TRUE(torch::equal(whole[i], part[i]));
+      continue;
+    }
+    ++cropped;
+    ASSERT_EQ(part[i].size(0), r.h);
+    ASSERT_EQ(part[i].size(1), r.w);
+    const auto want = whole[i].narrow(0, r.y, r.h).narrow(1, r.x, r.w).to(torch::kFloat32);
+    const auto diff = (part[i].to(torch::kFloat32) - want).abs();
+    std::printf("  file %zu region %d,%d %dx%d: mean |diff| %.3f, max %.0f\n", i, r.x, r.y, r.w, r.h,
+                diff.mean().item<double>(), diff.max().item<double>());
+    EXPECT_LT(diff.mean().item<double>(), 1.0) << "file " << i;
+  }
+  EXPECT_GE(cropped, 1) << "the engines took none of the regions";
+}
+
 // The GPU path gives the CPU path's batches: same order, labels, crop boxes and flips, pixels within the
 // difference of the two resize implementations; PNG, CMYK and corrupt files go through the fallback.
 TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
@@ -323,7 +375,9 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   const auto list = scan_image_folder(dir.file("set"));
   torch::Device dev(torch::kCUDA, 0);
   for (const int decoders : {1, 2})
+  for (const bool crop : {false, true})
   for (const bool train : {false, true}) {
+    if (decoders == 2 && !crop) continue;
     ImageLoaderOptions o;
     o.gpu_decoders = decoders;  // 2: two nvJPEG decoders submit halves of each batch from two threads
     o.batch_size = 8;
@@ -331,11 +385,12 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     o.workers = 3;
     o.train = train;
     o.drop_last = false;
-    o.dct_scale = false;  // the GPU path resizes from the full image
+    o.dct_scale = false;  // the GPU path resizes from the full-resolution crop
     o.crop_decode = false;
     o.seed = 17;
     o.channels_last = false;
-    ImageLoader cpu(list.samples, o, dev);
+    ImageLoader cpu(list.samples, o, dev);  // reference: whole-image decode on the CPU
+    o.crop_decode = crop;                   // the GPU path: whole image, or the crop window on the engines
     GpuImageLoader gpu(list.samples, o, dev);
     for (int64_t e : {0, 1}) {
       cpu.set_epoch(e);
@@ -363,9 +418,13 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     EXPECT_GT(st.gpu, 0);
     EXPECT_GE(st.cpu_fallback, 6 * 2) << "CMYK and PNG files go to the CPU decoder";
     EXPECT_GE(st.bad, 1) << "the corrupt file is replaced";
-    std::printf("  %d decoder(s), %s: %lld by nvJPEG (%s), %lld by the CPU fallback, %lld replaced\n", decoders,
-                train ? "train" : "eval", static_cast<long long>(st.gpu), gpu.hardware() ? "hardware engines" : "default backend",
-                static_cast<long long>(st.cpu_fallback), static_cast<long long>(st.bad));
+    if (!crop || !gpu.hardware()) EXPECT_EQ(st.gpu_cropped, 0);
+    else EXPECT_GT(st.gpu_cropped, 0) << "crop_decode on the hardware engines decodes crop windows";
+    std::printf("  %d decoder(s), crop_decode %d, %s: %lld by nvJPEG (%s; %lld crop window only), %lld by the CPU "
+                "fallback, %lld replaced\n", decoders, crop ? 1 : 0, train ? "train" : "eval",
+                static_cast<long long>(st.gpu), gpu.hardware() ? "hardware engines" : "default backend",
+                static_cast<long long>(st.gpu_cropped), static_cast<long long>(st.cpu_fallback),
+                static_cast<long long>(st.bad));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -18,6 +19,7 @@
 
 #ifdef TRAINER_WITH_NVJPEG
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nvjpeg.h>
@@ -63,10 +65,19 @@ struct GpuJpegDecoder::Impl {
   // state is reused only after the event recorded behind its last decode has passed.
   nvjpegJpegState_t state[2] = {nullptr, nullptr};
   cudaEvent_t done[2] = {nullptr, nullptr};
+  std::vector<nvjpegDecodeParams_t> params[2];  // per image of a batch with regions, per state
   int turn = 0;
   bool hardware = false;
-  std::mutex parse_mu;                       // inspect() calls, one at a time
-  std::vector<nvjpegJpegStream_t> parsers;  // one bitstream parser per inspecting thread
+  std::mutex parse_mu;                          // inspect() calls, one at a time
+  std::vector<nvjpegJpegStream_t> parsers;      // one bitstream parser per inspecting thread
+  std::vector<nvjpegDecodeParams_t> checks;     // and its region for the engines' support check
+
+  nvjpegDecodeParams_t new_params() {
+    nvjpegDecodeParams_t p = nullptr;
+    TRAINER_NVJPEG(nvjpegDecodeParamsCreate(handle, &p), "decode params create");
+    TRAINER_NVJPEG(nvjpegDecodeParamsSetOutputFormat(p, NVJPEG_OUTPUT_RGBI), "decode params format");
+    return p;
+  }
 };
 
 GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Impl>()), device_(device) {
@@ -90,21 +101,34 @@ GpuJpegDecoder::~GpuJpegDecoder() {
       cudaEventSynchronize(impl_->done[k]);
       cudaEventDestroy(impl_->done[k]);
     }
+    for (nvjpegDecodeParams_t p : impl_->params[k]) nvjpegDecodeParamsDestroy(p);
     if (impl_->state[k]) nvjpegJpegStateDestroy(impl_->state[k]);
   }
+  for (nvjpegDecodeParams_t p : impl_->checks) nvjpegDecodeParamsDestroy(p);
   for (nvjpegJpegStream_t p : impl_->parsers) nvjpegJpegStreamDestroy(p);
   if (impl_->handle) nvjpegDestroy(impl_->handle);
 }
 
 bool GpuJpegDecoder::hardware() const { return impl_->hardware; }
 
-std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, int threads) {
+void GpuJpegDecoder::preallocate(int batch) {
+  if (!impl_->hardware || batch < 1 || std::getenv("TRAINER_NVJPEG_NO_PREALLOC")) return;  // A/B (temporary)
+  c10::cuda::CUDAGuard guard(device_.index());
+  // size hints of 1 x 1: the call is what sets the engines' memory pool up; it grows to the files' sizes
+  for (int k = 0; k < 2; ++k)
+    TRAINER_NVJPEG(nvjpegDecodeBatchedPreAllocate(impl_->handle, impl_->state[k], batch, 1, 1, NVJPEG_CSS_444,
+                                                  NVJPEG_OUTPUT_RGBI),
+                   "batched pre-allocation");
+}
+
+std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, int threads, const RoiFn& roi_of) {
   std::lock_guard<std::mutex> lock(impl_->parse_mu);
   threads = std::max(1, std::min<int>(threads, static_cast<int>(files.size())));
   while (static_cast<int>(impl_->parsers.size()) < threads) {
     nvjpegJpegStream_t p = nullptr;
     TRAINER_NVJPEG(nvjpegJpegStreamCreate(impl_->handle, &p), "stream create");
     impl_->parsers.push_back(p);
+    impl_->checks.push_back(impl_->new_params());
   }
   std::vector<Info> info(files.size());
   parallel_for_workers(static_cast<int64_t>(files.size()), threads, [&](int64_t i, int worker) {
@@ -116,15 +140,28 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
     int w[NVJPEG_MAX_COMPONENT] = {0}, h[NVJPEG_MAX_COMPONENT] = {0};
     if (nvjpegGetImageInfo(impl_->handle, p, n, &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS) return;
     if ((comps != 1 && comps != 3) || w[0] <= 0 || h[0] <= 0 || int64_t(w[0]) * h[0] > kMaxImagePixels) return;
+    Rect roi;
     if (impl_->hardware) {
       nvjpegJpegStream_t parser = impl_->parsers[static_cast<size_t>(worker)];
-      int unsupported = 1;
       if (nvjpegJpegStreamParseHeader(impl_->handle, p, n, parser) != NVJPEG_STATUS_SUCCESS) return;
-      if (nvjpegDecodeBatchedSupported(impl_->handle, parser, &unsupported) != NVJPEG_STATUS_SUCCESS ||
-          unsupported != 0)
-        return;
+      if (roi_of) roi = roi_of(static_cast<size_t>(i), w[0], h[0]);
+      const bool part = roi.w > 0 && roi.h > 0 && !(roi.x == 0 && roi.y == 0 && roi.w == w[0] && roi.h == h[0]);
+      int unsupported = 1;
+      if (part) {  // the engines' word on this region; where they refuse it, the whole image
+        nvjpegDecodeParams_t check = impl_->checks[static_cast<size_t>(worker)];
+        if (roi.x < 0 || roi.y < 0 || roi.x + roi.w > w[0] || roi.y + roi.h > h[0] ||
+            nvjpegDecodeParamsSetROI(check, roi.x, roi.y, roi.w, roi.h) != NVJPEG_STATUS_SUCCESS ||
+            nvjpegDecodeBatchedSupportedEx(impl_->handle, parser, check, &unsupported) != NVJPEG_STATUS_SUCCESS)
+          unsupported = 1;
+      }
+      if (unsupported != 0) {
+        roi = Rect{};
+        if (nvjpegDecodeBatchedSupported(impl_->handle, parser, &unsupported) != NVJPEG_STATUS_SUCCESS ||
+            unsupported != 0)
+          return;
+      }
     }
-    info[static_cast<size_t>(i)] = Info{w[0], h[0], true};
+    info[static_cast<size_t>(i)] = Info{w[0], h[0], true, roi, static_cast<int>(ss)};
   });
   return info;
 }
@@ -132,33 +169,58 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
 std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info) {
   TRAINER_CHECK(info.size() == files.size(), "GpuJpegDecoder::decode: one info per file");
   std::vector<torch::Tensor> out(files.size());
+  // submission order: alike files together (chroma subsampling, then size), as the engines prefer
+  std::vector<size_t> which;
+  bool regions = false;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!info[i].supported) continue;
+    which.push_back(i);
+    regions = regions || info[i].roi.w > 0;
+  }
+  if (which.empty()) return out;
+  static const bool no_sort = std::getenv("TRAINER_NVJPEG_NO_SORT") != nullptr;  // A/B (temporary)
+  if (!no_sort) std::stable_sort(which.begin(), which.end(), [&](size_t a, size_t b) {
+    const Info &x = info[a], &y = info[b];
+    if (x.chroma != y.chroma) return x.chroma < y.chroma;
+    return int64_t(x.width) * x.height > int64_t(y.width) * y.height;
+  });
+  const int k = impl_->turn;
+  impl_->turn ^= 1;
+  auto& params = impl_->params[k];
+  if (regions)
+    while (params.size() < which.size()) params.push_back(impl_->new_params());
   std::vector<const unsigned char*> data;
   std::vector<size_t> lengths;
   std::vector<nvjpegImage_t> dst;
-  std::vector<size_t> which;
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(device_);
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (!info[i].supported) continue;
-    torch::Tensor t = torch::empty({info[i].height, info[i].width, 3}, opts);
+  for (size_t j = 0; j < which.size(); ++j) {
+    const size_t i = which[j];
+    const Rect& r = info[i].roi;
+    const bool part = r.w > 0;
+    const int w = part ? r.w : info[i].width, h = part ? r.h : info[i].height;
+    torch::Tensor t = torch::empty({h, w, 3}, opts);
     nvjpegImage_t img{};
     img.channel[0] = t.data_ptr<uint8_t>();
-    img.pitch[0] = static_cast<size_t>(info[i].width) * 3;
+    img.pitch[0] = static_cast<size_t>(w) * 3;
     data.push_back(files[i].first);
     lengths.push_back(files[i].second);
     dst.push_back(img);
-    which.push_back(i);
+    if (regions)
+      TRAINER_NVJPEG(part ? nvjpegDecodeParamsSetROI(params[j], r.x, r.y, r.w, r.h)
+                          : nvjpegDecodeParamsSetROI(params[j], 0, 0, -1, -1),
+                     "set region");
     out[i] = t;
   }
-  if (data.empty()) return out;
   const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
-  const int k = impl_->turn;
-  impl_->turn ^= 1;
   TRAINER_CHECK(cudaEventSynchronize(impl_->done[k]) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
-  const bool ok =
-      nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state[k], static_cast<int>(data.size()), 1,
-                                    NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS &&
-      nvjpegDecodeBatched(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(), s) ==
-          NVJPEG_STATUS_SUCCESS;
+  bool ok = nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state[k], static_cast<int>(data.size()), 1,
+                                          NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS;
+  if (ok && regions)
+    ok = nvjpegDecodeBatchedEx(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(),
+                               params.data(), s) == NVJPEG_STATUS_SUCCESS;
+  else if (ok)
+    ok = nvjpegDecodeBatched(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(), s) ==
+         NVJPEG_STATUS_SUCCESS;
   cudaEventRecord(impl_->done[k], s);
   if (!ok) {  // one bad bitstream fails the batch: everything goes to the CPU decoder
     for (size_t i : which) out[i] = torch::Tensor();
@@ -175,7 +237,8 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : device_(device) {
 }
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
-std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int) { return {}; }
+std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int, const RoiFn&) { return {}; }
+void GpuJpegDecoder::preallocate(int) {}
 std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&) { return {}; }
 #endif
 
@@ -250,7 +313,9 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 struct GpuImageLoader::Pool {
   struct Read {
     std::vector<std::vector<uint8_t>> files;
-    std::vector<GpuJpegDecoder::Info> info;  // headers parsed by the reading threads
+    GpuJpegDecoder::Files in;                // what the decoder reads: the files, or their copy in `pinned`
+    torch::Tensor pinned;
+    std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
   };
   // the next batch's files, read and parsed ahead while the current batch decodes
   std::future<Read> pending;
@@ -264,7 +329,11 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   TRAINER_CHECK(opt_.gpu_decoders >= 1 && opt_.gpu_decoders <= 8, "data.gpu_decoders must be 1..8, got ",
                 opt_.gpu_decoders);
-  for (int k = 0; k < opt_.gpu_decoders; ++k) decoders_.push_back(std::make_unique<GpuJpegDecoder>(device));
+  const int slice = static_cast<int>((opt_.batch_size + opt_.gpu_decoders - 1) / opt_.gpu_decoders);
+  for (int k = 0; k < opt_.gpu_decoders; ++k) {
+    decoders_.push_back(std::make_unique<GpuJpegDecoder>(device));
+    decoders_.back()->preallocate(slice);
+  }
   std::vector<float> m, is;
   for (int c = 0; c < 3; ++c) {
     m.push_back(static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]));
@@ -442,9 +511,29 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
         r.files[static_cast<size_t>(i)].clear();  // unreadable: handled as a bad sample below
       }
     });
-    GpuJpegDecoder::Files in(r.files.size());
-    for (size_t i = 0; i < in.size(); ++i) in[i] = {r.files[i].data(), r.files[i].size()};
-    r.info = decoders_[0]->inspect(in, threads);
+    r.in.resize(r.files.size());
+    for (size_t i = 0; i < r.in.size(); ++i) r.in[i] = {r.files[i].data(), r.files[i].size()};
+    static const bool pinned = std::getenv("TRAINER_NVJPEG_PINNED") != nullptr;  // A/B (temporary)
+    if (pinned) {
+      std::vector<size_t> at(r.files.size() + 1, 0);
+      for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
+      r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
+                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+      uint8_t* base = r.pinned.data_ptr<uint8_t>();
+      parallel_for(count, threads, [&](int64_t i) {
+        const auto& f = r.files[static_cast<size_t>(i)];
+        if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
+        r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
+      });
+    }
+    // crop-only decode: the sample's crop window (the same draw as below) is all the engines decode
+    GpuJpegDecoder::RoiFn roi_of;
+    if (opt_.crop_decode)
+      roi_of = [this, from](size_t i, int w, int h) {
+        bool flip = false;
+        return window(order_[static_cast<size_t>(from) + i], epoch_, w, h, &flip);
+      };
+    r.info = decoders_[0]->inspect(r.in, threads, roi_of);
     return r;
   };
   using clock = std::chrono::steady_clock;
@@ -471,9 +560,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   torch::Tensor x, labels;
   {
     c10::cuda::CUDAStreamGuard guard(side);
-    GpuJpegDecoder::Files in(static_cast<size_t>(B));
-    for (int64_t i = 0; i < B; ++i)
-      in[static_cast<size_t>(i)] = {files[static_cast<size_t>(i)].data(), files[static_cast<size_t>(i)].size()};
+    const GpuJpegDecoder::Files& in = pool_->batch.in;
     // what nvJPEG cannot take: the CPU threads decode it while the engines decode the rest
     std::vector<int64_t> fallback;
     for (int64_t i = 0; i < B; ++i)
@@ -511,6 +598,10 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       throw;
     }
     cpu_part.get();
+    if (pool_->batch.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
+      at::getHostAllocator(at::kCUDA)->record_event(pool_->batch.pinned.data_ptr(),
+                                                     pool_->batch.pinned.storage().data_ptr().get_context(),
+                                                     side.unwrap());
     // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
     const size_t late = fallback.size();
     for (int64_t i = 0; i < B; ++i)
@@ -532,6 +623,20 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     }
     int64_t fallbacks = 0, replaced = 0;
     for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
+    // the part of its image each decoded tensor holds: x, y of its corner, w, h of the whole image
+    std::vector<Rect> frame(static_cast<size_t>(B));
+    int64_t cropped = 0;
+    for (int64_t i = 0; i < B; ++i) {
+      const torch::Tensor& t = img[static_cast<size_t>(i)];
+      const auto& inf = info[static_cast<size_t>(i)];
+      if (!t.defined()) continue;
+      if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
+        frame[static_cast<size_t>(i)] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
+        ++cropped;
+      } else {
+        frame[static_cast<size_t>(i)] = Rect{0, 0, static_cast<int>(t.size(1)), static_cast<int>(t.size(0))};
+      }
+    }
     // a sample that failed everywhere takes the place (and label) of the next good one in the batch
     std::vector<int64_t> label(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
@@ -540,6 +645,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       TRAINER_CHECK(img[static_cast<size_t>(src)].defined(), "every sample of a batch failed to decode");
       if (src != i) {
         img[static_cast<size_t>(i)] = img[static_cast<size_t>(src)];
+        frame[static_cast<size_t>(i)] = frame[static_cast<size_t>(src)];
         out.indices[static_cast<size_t>(i)] = out.indices[static_cast<size_t>(src)];
         ++replaced;
       }
@@ -551,10 +657,12 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     std::vector<Rect> windows(static_cast<size_t>(B));
     std::vector<char> flips(static_cast<size_t>(B), 0);
     for (int64_t i = 0; i < B; ++i) {
-      const torch::Tensor& t = img[static_cast<size_t>(i)];
+      const Rect& f = frame[static_cast<size_t>(i)];
       bool flip = false;
-      windows[static_cast<size_t>(i)] = window(out.indices[static_cast<size_t>(i)], epoch_,
-                                               static_cast<int>(t.size(1)), static_cast<int>(t.size(0)), &flip);
+      Rect w = window(out.indices[static_cast<size_t>(i)], epoch_, f.w, f.h, &flip);
+      w.x -= f.x;  // into the decoded region's coordinates (the region is this window where it was crop-decoded)
+      w.y -= f.y;
+      windows[static_cast<size_t>(i)] = w;
       flips[static_cast<size_t>(i)] = flip ? 1 : 0;
     }
     x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available());
@@ -568,6 +676,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     stats_.host_augment_ms += augment_host_ms;
     ++stats_.host_batches;
     stats_.gpu += B - static_cast<int64_t>(fallback.size());
+    stats_.gpu_cropped += cropped;
     stats_.cpu_fallback += fallbacks;
     stats_.bad += replaced;
   }

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -38,15 +39,23 @@ class GpuJpegDecoder {
   bool hardware() const;  // the hardware JPEG engines are in use
   using Files = std::vector<std::pair<const uint8_t*, size_t>>;
   struct Info {
-    int width = 0, height = 0;
-    bool supported = false;  // a JPEG this decoder's batched path takes
+    int width = 0, height = 0;  // the whole image
+    bool supported = false;     // a JPEG this decoder's batched path takes
+    Rect roi;                   // w > 0: only this region is decoded (hardware engines only); else the whole image
+    int chroma = 0;             // nvJPEG's chroma subsampling (submission order groups alike files)
   };
+  // The region of file i (a w x h image) worth decoding; {0,0,0,0} or the whole image: all of it.
+  using RoiFn = std::function<Rect(size_t i, int w, int h)>;
   // Header parsing only (no device work), on up to `threads` threads; callable from another thread than decode().
-  std::vector<Info> inspect(const Files& files, int threads = 1);
-  // Decodes the files with info.supported, queued on the current CUDA stream; the rest come back undefined. The
-  // host data must stay valid until the call returns.
+  // With `roi_of` on the hardware engines, each file's region is checked with the engines and kept where they
+  // take it (crop-only decode); elsewhere the whole image is decoded.
+  std::vector<Info> inspect(const Files& files, int threads = 1, const RoiFn& roi_of = {});
+  // Decodes the files with info.supported (their roi where set: the tensor is roi.h x roi.w), queued on the current
+  // CUDA stream; the rest come back undefined. The host data must stay valid until the call returns.
   std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info);
   std::vector<torch::Tensor> decode(const Files& files) { return decode(files, inspect(files)); }
+  // Lets the engines' memory pool be set up for batches of up to `batch` files (nvjpegDecodeBatchedPreAllocate).
+  void preallocate(int batch);
 
  private:
   struct Impl;
@@ -56,6 +65,7 @@ class GpuJpegDecoder {
 
 struct GpuDecodeStats {
   int64_t gpu = 0, cpu_fallback = 0, bad = 0;  // samples decoded by nvJPEG, by the CPU decoder, replaced
+  int64_t gpu_cropped = 0;                     // of `gpu`: only their crop window decoded (data.crop_decode)
   int64_t batches = 0;                         // batches whose device time is in the two figures below
   // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
   // where the device is idle) to the end of the decode on the engines/SMs

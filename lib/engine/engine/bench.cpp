@@ -199,6 +199,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     const GpuDecodeStats st = gpu_loader->stats();
     const double per = std::max<int64_t>(st.batches, 1);
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
+                       {"nvjpeg_crop_window_only", st.gpu_cropped},
                        {"cpu_fallback", st.cpu_fallback},
                        {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
                        {"decoders", o.gpu_decoders},
@@ -215,10 +216,11 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
   if (gpu_loader)
-    log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG, %lld by the CPU "
-                        "fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
+    log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG (%lld crop window "
+                        "only), %lld by the CPU fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
                         r.img_per_s, gpu_loader->hardware() ? "hardware engines" : "nvJPEG", r.workers,
                         static_cast<long long>(gpu_loader->stats().gpu),
+                        static_cast<long long>(gpu_loader->stats().gpu_cropped),
                         static_cast<long long>(gpu_loader->stats().cpu_fallback),
                         gpu_loader->stats().decode_ms / std::max<int64_t>(gpu_loader->stats().batches, 1),
                         gpu_loader->stats().augment_ms / std::max<int64_t>(gpu_loader->stats().batches, 1)));
