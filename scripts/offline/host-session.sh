@@ -104,18 +104,15 @@ case "$phase" in
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=${STEPS:-100})
     gpu=("${common[@]}" --set data.decode=gpu --set data.workers=4)
     run() { local name=$1; shift; "$@" --out "$out/bench/$name.json" 2>&1 | grep -E "bench-data|error" | sed "s/^/$name: /"; }
-    for rep in 1 2; do  # twice, interleaved: the spread between repeats is the noise
-      run data_gpu_whole_$rep $T bench-data "${gpu[@]}" --set data.crop_decode=false
+    for rep in 1 2 3; do  # interleaved repeats: their spread is the noise
       run data_gpu_crop_$rep $T bench-data "${gpu[@]}"
+      run data_gpu_whole_$rep $T bench-data "${gpu[@]}" --set data.crop_decode=false
     done
-    run data_gpu_crop_nosort env TRAINER_NVJPEG_NO_SORT=1 $T bench-data "${gpu[@]}"
-    run data_gpu_crop_noprealloc env TRAINER_NVJPEG_NO_PREALLOC=1 $T bench-data "${gpu[@]}"
-    run data_gpu_crop_pinned env TRAINER_NVJPEG_PINNED=1 $T bench-data "${gpu[@]}"
-    run data_gpu_before env TRAINER_NVJPEG_NO_SORT=1 TRAINER_NVJPEG_NO_PREALLOC=1 $T bench-data "${gpu[@]}" \
-      --set data.crop_decode=false
     run data_gpu_crop_2decoders $T bench-data "${gpu[@]}" --set data.gpu_decoders=2
-    run data_cpu $T bench-data "${common[@]}" --set bench.steps=40
-    run data_cpu_16threads $T bench-data "${common[@]}" --set bench.steps=40 --set data.workers=16
+    for rep in 1 2; do
+      run data_cpu_$rep $T bench-data "${common[@]}" --set bench.steps=40
+      run data_cpu_16threads_$rep $T bench-data "${common[@]}" --set bench.steps=40 --set data.workers=16
+    done
     for norm in "" --normalize-in-workers; do
       python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
         --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
@@ -123,10 +120,14 @@ case "$phase" in
     e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=10 --set bench.steps=45)
     erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
       | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
-    erun resnet50_bf16_synthetic
-    erun resnet50_bf16_pipeline_gpudecode_crop --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
-    erun resnet50_bf16_pipeline_gpudecode_whole --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline \
-      --set data.crop_decode=false
+    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+    for rep in 1 2; do
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
+      TRAINER_HIGH_PRIORITY_COMPUTE=1 erun resnet50_bf16_pipeline_gpudecode_highprio_$rep "${dec[@]}"
+      TRAINER_HIGH_PRIORITY_COMPUTE=1 erun resnet50_bf16_synthetic_highprio_$rep
+    done
+    erun resnet50_bf16_pipeline_gpudecode_whole "${dec[@]}" --set data.crop_decode=false
     ;;
   autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
             # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment
@@ -187,6 +188,8 @@ case "$phase" in
   gputest)
     (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?
     grep -E "Passed|Failed|Skipped|tests passed" "$out/ctest_gpu.log"
+    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.*' > "$out/gpudecode_test.log" 2>&1
+    grep -E "^  |OK \]|FAILED" "$out/gpudecode_test.log"
     exit $rc
     ;;
   data)

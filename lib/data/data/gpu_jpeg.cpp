@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -112,7 +111,7 @@ GpuJpegDecoder::~GpuJpegDecoder() {
 bool GpuJpegDecoder::hardware() const { return impl_->hardware; }
 
 void GpuJpegDecoder::preallocate(int batch) {
-  if (!impl_->hardware || batch < 1 || std::getenv("TRAINER_NVJPEG_NO_PREALLOC")) return;  // A/B (temporary)
+  if (!impl_->hardware || batch < 1) return;
   c10::cuda::CUDAGuard guard(device_.index());
   // size hints of 1 x 1: the call is what sets the engines' memory pool up; it grows to the files' sizes
   for (int k = 0; k < 2; ++k)
@@ -178,8 +177,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
     regions = regions || info[i].roi.w > 0;
   }
   if (which.empty()) return out;
-  static const bool no_sort = std::getenv("TRAINER_NVJPEG_NO_SORT") != nullptr;  // A/B (temporary)
-  if (!no_sort) std::stable_sort(which.begin(), which.end(), [&](size_t a, size_t b) {
+  std::stable_sort(which.begin(), which.end(), [&](size_t a, size_t b) {
     const Info &x = info[a], &y = info[b];
     if (x.chroma != y.chroma) return x.chroma < y.chroma;
     return int64_t(x.width) * x.height > int64_t(y.width) * y.height;
@@ -513,8 +511,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     });
     r.in.resize(r.files.size());
     for (size_t i = 0; i < r.in.size(); ++i) r.in[i] = {r.files[i].data(), r.files[i].size()};
-    static const bool pinned = std::getenv("TRAINER_NVJPEG_PINNED") != nullptr;  // A/B (temporary)
-    if (pinned) {
+    {  // the engines read the files from pinned memory (one copy, by the reading threads)
       std::vector<size_t> at(r.files.size() + 1, 0);
       for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
       r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
