@@ -5,6 +5,7 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   gpuprof (training steps profiled with GPU decode and with CPU decode)
 #   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
 #     baselines, ResNet-50 end to end)
 #   autoaug (RandAugment / TrivialAugmentWide cost, against the DataLoader with torchvision's)
@@ -128,6 +129,18 @@ case "$phase" in
       TRAINER_HIGH_PRIORITY_COMPUTE=1 erun resnet50_bf16_synthetic_highprio_$rep
     done
     erun resnet50_bf16_pipeline_gpudecode_whole "${dec[@]}" --set data.crop_decode=false
+    ;;
+  gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    for mode in gpu cpu; do
+      $T --config configs/imagenet_like.yaml --set data.decode=$mode --set data.workers=$([ $mode = gpu ] && echo 4 || echo 14) \
+        --set train.epochs=1 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
+        --set run.out_dir="$out/prof" --set run.name=$mode --profile 20:24 > "$out/prof_$mode.log" 2>&1 \
+        || tail -20 "$out/prof_$mode.log"
+    done
+    python3 scripts/kernel_table.py "$out/prof/gpu/trace.json" "$out/prof/cpu/trace.json" --top 40 --by-stream \
+      | tee "$out/prof_kernels.txt"
     ;;
   autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
             # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment

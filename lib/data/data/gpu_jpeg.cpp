@@ -190,13 +190,22 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
   std::vector<const unsigned char*> data;
   std::vector<size_t> lengths;
   std::vector<nvjpegImage_t> dst;
-  const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(device_);
+  // one device buffer for the batch, each image a view of it
+  auto dims = [&](size_t i) {
+    const Rect& r = info[i].roi;
+    return r.w > 0 ? std::make_pair(r.w, r.h) : std::make_pair(info[i].width, info[i].height);
+  };
+  int64_t total = 0;
+  for (size_t i : which) total += int64_t(dims(i).first) * dims(i).second * 3;
+  const torch::Tensor buffer = torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  int64_t offset = 0;
   for (size_t j = 0; j < which.size(); ++j) {
     const size_t i = which[j];
     const Rect& r = info[i].roi;
     const bool part = r.w > 0;
-    const int w = part ? r.w : info[i].width, h = part ? r.h : info[i].height;
-    torch::Tensor t = torch::empty({h, w, 3}, opts);
+    const auto [w, h] = dims(i);
+    torch::Tensor t = buffer.narrow(0, offset, int64_t(w) * h * 3).view({h, w, 3});
+    offset += int64_t(w) * h * 3;
     nvjpegImage_t img{};
     img.channel[0] = t.data_ptr<uint8_t>();
     img.pitch[0] = static_cast<size_t>(w) * 3;
