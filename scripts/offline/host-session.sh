@@ -135,7 +135,7 @@ case "$phase" in
       --train 4000 --val 500 > "$out/dataset.txt"
     for mode in gpu cpu; do
       $T --config configs/imagenet_like.yaml --set data.decode=$mode --set data.workers=$([ $mode = gpu ] && echo 4 || echo 14) \
-        --set train.epochs=1 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
+        --set train.epochs=3 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
         --set run.out_dir="$out/prof" --set run.name=$mode --profile 20:24 > "$out/prof_$mode.log" 2>&1 \
         || tail -20 "$out/prof_$mode.log"
     done
