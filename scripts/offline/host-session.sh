@@ -108,8 +108,8 @@ case "$phase" in
     for rep in 1 2 3; do  # interleaved repeats: their spread is the noise
       run data_gpu_crop_$rep $T bench-data "${gpu[@]}"
       run data_gpu_whole_$rep $T bench-data "${gpu[@]}" --set data.crop_decode=false
+      TRAINER_NVJPEG_PLANAR=1 run data_gpu_crop_planar_$rep $T bench-data "${gpu[@]}"
     done
-    run data_gpu_crop_2decoders $T bench-data "${gpu[@]}" --set data.gpu_decoders=2
     for rep in 1 2; do
       run data_cpu_$rep $T bench-data "${common[@]}" --set bench.steps=40
       run data_cpu_16threads_$rep $T bench-data "${common[@]}" --set bench.steps=40 --set data.workers=16
@@ -125,8 +125,7 @@ case "$phase" in
     for rep in 1 2; do
       erun resnet50_bf16_synthetic_$rep
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
-      TRAINER_HIGH_PRIORITY_COMPUTE=1 erun resnet50_bf16_pipeline_gpudecode_highprio_$rep "${dec[@]}"
-      TRAINER_HIGH_PRIORITY_COMPUTE=1 erun resnet50_bf16_synthetic_highprio_$rep
+      TRAINER_NVJPEG_PLANAR=1 erun resnet50_bf16_pipeline_gpudecode_planar_$rep "${dec[@]}"
     done
     erun resnet50_bf16_pipeline_gpudecode_whole "${dec[@]}" --set data.crop_decode=false
     ;;

@@ -236,7 +236,7 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
   torch::manual_seed(3);
   torch::Device dev(torch::kCUDA, 0);
   const int64_t S = 56;
-  struct Case { int64_t h, w; Rect r; bool flip; };
+  struct Case { int64_t h, w; Rect r; bool flip; bool planar = false; };
   const std::vector<Case> cases = {
       {480, 640, {0, 0, 640, 480}, false},   // whole image, shrink 11x (wide antialias support)
       {480, 640, {100, 37, 301, 250}, true}, // shrink about 5x, flipped
@@ -244,12 +244,15 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
       {33, 47, {0, 0, 47, 33}, true},        // enlarge, flipped
       {200, 90, {10, 0, 7, 200}, false},     // thin: enlarge one way, shrink the other
       {57, 57, {1, 1, 56, 56}, true},        // nearly the identity
+      {120, 90, {5, 9, 80, 100}, true, true},  // a planar decode's (H, W, 3) view
   };
   std::vector<torch::Tensor> images;
   std::vector<Rect> windows;
   std::vector<char> flips;
   for (const Case& c : cases) {
-    images.push_back(torch::randint(0, 256, {c.h, c.w, 3}, torch::TensorOptions().dtype(torch::kUInt8)).to(dev));
+    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+    images.push_back(c.planar ? torch::randint(0, 256, {3, c.h, c.w}, u8).to(dev).permute({1, 2, 0})
+                              : torch::randint(0, 256, {c.h, c.w, 3}, u8).to(dev));
     windows.push_back(c.r);
     flips.push_back(c.flip ? 1 : 0);
   }
@@ -261,6 +264,22 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
     std::printf("  case %zu: max |kernel - ATen| %.2e (0..255 scale)\n", i, worst);
     EXPECT_LT(worst, 2e-3) << "case " << i;
   }
+  // normalisation and the channels_last layout folded into the kernel: as normalising its plain output
+  GpuResizeOutput norm;
+  norm.normalize = true;
+  norm.channels_last = true;
+  const float mean[3] = {123.7f, 116.3f, 103.5f}, inv[3] = {1 / 58.4f, 1 / 57.1f, 1 / 57.4f};
+  for (int c = 0; c < 3; ++c) {
+    norm.mean255[c] = mean[c];
+    norm.inv_std255[c] = inv[c];
+  }
+  const torch::Tensor folded = gpu_crop_resize(images, windows, flips, S, true, norm);
+  EXPECT_TRUE(folded.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  const torch::Tensor by_hand = (fast - torch::tensor({mean[0], mean[1], mean[2]}).view({1, 3, 1, 1})) *
+                                torch::tensor({inv[0], inv[1], inv[2]}).view({1, 3, 1, 1});
+  EXPECT_LT((folded.cpu() - by_hand).abs().max().item<double>(), 1e-4);
+  const torch::Tensor folded_ref = gpu_crop_resize(images, windows, flips, S, false, norm).cpu();
+  EXPECT_LT((folded.cpu() - folded_ref).abs().max().item<double>(), 1e-4);
   // the ATen reference itself flips: the unflipped kernel output of case 1 mirrors the flipped one
   std::vector<char> none(flips.size(), 0);
   const torch::Tensor unflipped = gpu_crop_resize(images, windows, none, S, true).cpu();
@@ -391,6 +410,7 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     o.channels_last = false;
     ImageLoader cpu(list.samples, o, dev);  // reference: whole-image decode on the CPU
     o.crop_decode = crop;                   // the GPU path: whole image, or the crop window on the engines
+    o.channels_last = crop;                 // and NCHW or channels_last out of its resize kernel
     GpuImageLoader gpu(list.samples, o, dev);
     for (int64_t e : {0, 1}) {
       cpu.set_epoch(e);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -67,6 +68,8 @@ struct GpuJpegDecoder::Impl {
   std::vector<nvjpegDecodeParams_t> params[2];  // per image of a batch with regions, per state
   int turn = 0;
   bool hardware = false;
+  // A/B (temporary): planar RGB out of nvJPEG (TRAINER_NVJPEG_PLANAR) instead of interleaved
+  nvjpegOutputFormat_t format = std::getenv("TRAINER_NVJPEG_PLANAR") ? NVJPEG_OUTPUT_RGB : NVJPEG_OUTPUT_RGBI;
   std::mutex parse_mu;                          // inspect() calls, one at a time
   std::vector<nvjpegJpegStream_t> parsers;      // one bitstream parser per inspecting thread
   std::vector<nvjpegDecodeParams_t> checks;     // and its region for the engines' support check
@@ -74,7 +77,7 @@ struct GpuJpegDecoder::Impl {
   nvjpegDecodeParams_t new_params() {
     nvjpegDecodeParams_t p = nullptr;
     TRAINER_NVJPEG(nvjpegDecodeParamsCreate(handle, &p), "decode params create");
-    TRAINER_NVJPEG(nvjpegDecodeParamsSetOutputFormat(p, NVJPEG_OUTPUT_RGBI), "decode params format");
+    TRAINER_NVJPEG(nvjpegDecodeParamsSetOutputFormat(p, format), "decode params format");
     return p;
   }
 };
@@ -116,7 +119,7 @@ void GpuJpegDecoder::preallocate(int batch) {
   // size hints of 1 x 1: the call is what sets the engines' memory pool up; it grows to the files' sizes
   for (int k = 0; k < 2; ++k)
     TRAINER_NVJPEG(nvjpegDecodeBatchedPreAllocate(impl_->handle, impl_->state[k], batch, 1, 1, NVJPEG_CSS_444,
-                                                  NVJPEG_OUTPUT_RGBI),
+                                                  impl_->format),
                    "batched pre-allocation");
 }
 
@@ -204,11 +207,21 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
     const Rect& r = info[i].roi;
     const bool part = r.w > 0;
     const auto [w, h] = dims(i);
-    torch::Tensor t = buffer.narrow(0, offset, int64_t(w) * h * 3).view({h, w, 3});
+    const torch::Tensor bytes = buffer.narrow(0, offset, int64_t(w) * h * 3);
     offset += int64_t(w) * h * 3;
     nvjpegImage_t img{};
-    img.channel[0] = t.data_ptr<uint8_t>();
-    img.pitch[0] = static_cast<size_t>(w) * 3;
+    torch::Tensor t;
+    if (impl_->format == NVJPEG_OUTPUT_RGB) {  // three planes; the tensor is their (H, W, 3) view
+      t = bytes.view({3, h, w}).permute({1, 2, 0});
+      for (int c = 0; c < 3; ++c) {
+        img.channel[c] = bytes.data_ptr<uint8_t>() + int64_t(c) * w * h;
+        img.pitch[c] = static_cast<size_t>(w);
+      }
+    } else {
+      t = bytes.view({h, w, 3});
+      img.channel[0] = t.data_ptr<uint8_t>();
+      img.pitch[0] = static_cast<size_t>(w) * 3;
+    }
     data.push_back(files[i].first);
     lengths.push_back(files[i].second);
     dst.push_back(img);
@@ -221,7 +234,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
   const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
   TRAINER_CHECK(cudaEventSynchronize(impl_->done[k]) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
   bool ok = nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state[k], static_cast<int>(data.size()), 1,
-                                          NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS;
+                                          impl_->format) == NVJPEG_STATUS_SUCCESS;
   if (ok && regions)
     ok = nvjpegDecodeBatchedEx(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(),
                                params.data(), s) == NVJPEG_STATUS_SUCCESS;
@@ -260,7 +273,8 @@ bool gpu_crop_resize_kernel_available() {
 }
 
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
-                              const std::vector<char>& flips, int64_t size, bool batched_kernel) {
+                              const std::vector<char>& flips, int64_t size, bool batched_kernel,
+                              const GpuResizeOutput& norm) {
   TRAINER_CHECK(!images.empty() && images.size() == windows.size() && images.size() == flips.size(),
                 "gpu_crop_resize: one window and one flip per image");
   const int64_t B = static_cast<int64_t>(images.size());
@@ -268,21 +282,25 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
   for (size_t i = 0; i < images.size(); ++i) {
     const torch::Tensor& t = images[i];
     const Rect& r = windows[i];
-    TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8 && t.is_contiguous() &&
-                      t.device() == device,
-                  "gpu_crop_resize: image ", i, " is not a contiguous (H, W, 3) uint8 tensor on ", device.str());
+    TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8 && t.stride(0) > 0 &&
+                      t.stride(1) > 0 && t.stride(2) > 0 && t.device() == device,
+                  "gpu_crop_resize: image ", i, " is not an (H, W, 3) uint8 tensor on ", device.str());
     TRAINER_CHECK(r.w > 0 && r.h > 0 && r.x >= 0 && r.y >= 0 && r.x + r.w <= t.size(1) && r.y + r.h <= t.size(0),
                   "gpu_crop_resize: window ", r.x, ",", r.y, " ", r.w, "x", r.h, " of image ", i, " is outside its ",
                   t.size(1), "x", t.size(0), " pixels");
   }
-  torch::Tensor x = torch::empty({B, 3, size, size}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::Tensor x = torch::empty({B, 3, size, size},
+                                 torch::TensorOptions().dtype(torch::kFloat32).device(device).memory_format(format));
 #ifdef TRAINER_WITH_KERNELS
   if (batched_kernel) {
     TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
     std::vector<CropResizeJob> jobs(static_cast<size_t>(B));
     for (size_t i = 0; i < jobs.size(); ++i) {
       jobs[i].src = images[i].data_ptr<uint8_t>();
-      jobs[i].pitch = images[i].size(1) * 3;
+      jobs[i].pitch = images[i].stride(0);
+      jobs[i].pixel_step = static_cast<int32_t>(images[i].stride(1));
+      jobs[i].channel_step = images[i].stride(2);
       jobs[i].x = windows[i].x;
       jobs[i].y = windows[i].y;
       jobs[i].w = windows[i].w;
@@ -295,8 +313,14 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
     std::memcpy(host.data_ptr<uint8_t>(), jobs.data(), static_cast<size_t>(bytes));
     torch::Tensor dev = host.to(device, /*non_blocking=*/true);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+    CropResizeOutput o;
+    for (int c = 0; c < 3 && norm.normalize; ++c) {
+      o.mean[c] = norm.mean255[c];
+      o.inv_std[c] = norm.inv_std255[c];
+    }
+    o.channels_last = norm.channels_last ? 1 : 0;
     const int err = launch_crop_resize(reinterpret_cast<const CropResizeJob*>(dev.data_ptr<uint8_t>()),
-                                       static_cast<int>(B), static_cast<int>(size), x.data_ptr<float>(), stream);
+                                       static_cast<int>(B), static_cast<int>(size), x.data_ptr<float>(), stream, o);
     TRAINER_CHECK(err == 0, "gpu_crop_resize: kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
     return x;
   }
@@ -310,6 +334,11 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
     torch::Tensor y = at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
     if (flips[static_cast<size_t>(i)]) y = y.flip({3});
     x[i].copy_(y[0]);
+  }
+  if (norm.normalize) {
+    const auto f = torch::TensorOptions().dtype(torch::kFloat32);
+    x.sub_(torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}, f).view({1, 3, 1, 1}).to(device))
+        .mul_(torch::tensor({norm.inv_std255[0], norm.inv_std255[1], norm.inv_std255[2]}, f).view({1, 3, 1, 1}).to(device));
   }
   return x;
 }
@@ -671,10 +700,24 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       windows[static_cast<size_t>(i)] = w;
       flips[static_cast<size_t>(i)] = flip ? 1 : 0;
     }
-    x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available());
+    const BatchAugmenter augmenter(opt_.augment, opt_.seed);
+    const bool plain = !(opt_.train && augmenter.enabled());  // nothing between the resize and the normalisation
+    const bool fused = plain && gpu_crop_resize_kernel_available();
+    GpuResizeOutput layout;
+    if (fused) {  // normalised and laid out by the resize kernel itself
+      layout.normalize = true;
+      for (int c = 0; c < 3; ++c) {
+        layout.mean255[c] = static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]);
+        layout.inv_std255[c] = static_cast<float>(1.0 / (255.0 * opt_.std[static_cast<size_t>(c)]));
+      }
+      layout.channels_last = opt_.channels_last;
+    }
+    x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available(), layout);
     labels = torch::tensor(label, torch::kInt64).pin_memory().to(device_, /*non_blocking=*/true);
-    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
-    if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    if (!fused) {
+      augmenter.normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
+      if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    }
     const double augment_host_ms = ms_since(t_augment);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.host_read_wait_ms += read_wait_ms;

@@ -78,12 +78,20 @@ struct GpuDecodeStats {
 };
 
 // Crop + antialiased bilinear resize (ATen's _upsample_bilinear2d_aa) + horizontal flip of (H, W, 3) uint8 device
-// images into one (B, 3, size, size) float batch, 0..255, on the current stream. With `batched_kernel` one CUDA
+// images into one (B, 3, size, size) float batch, 0..255 unless normalised, on the current stream. With `batched_kernel` one CUDA
 // kernel does the whole batch (where this build has it: gpu_crop_resize_kernel_available()); otherwise ATen ops
 // per sample.
+// Images may be strided (H, W, 3) views, e.g. of planar decodes. `out` may fold the normalisation and the
+// channels_last layout into the same pass.
+struct GpuResizeOutput {
+  bool normalize = false;  // (v - mean255[c]) * inv_std255[c]
+  float mean255[3] = {0.f, 0.f, 0.f}, inv_std255[3] = {1.f, 1.f, 1.f};
+  bool channels_last = false;
+};
 bool gpu_crop_resize_kernel_available();
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
-                              const std::vector<char>& flips, int64_t size, bool batched_kernel);
+                              const std::vector<char>& flips, int64_t size, bool batched_kernel,
+                              const GpuResizeOutput& out = GpuResizeOutput{});
 
 // A Loader over image files/shards with GPU decode. A producer thread prepares up to `opt.prefetch` batches
 // ahead (its host work -- nvJPEG submission, one resize launch per sample -- stays off the training thread);

@@ -28,7 +28,8 @@ __device__ __forceinline__ Span span(int i, int in, int out) {
   return s;
 }
 
-__global__ void crop_resize_kernel(const CropResizeJob* __restrict__ jobs, int size, float* __restrict__ out) {
+__global__ void crop_resize_kernel(const CropResizeJob* __restrict__ jobs, int size, float* __restrict__ out,
+                                   CropResizeOutput o) {
   const int ox = blockIdx.x * blockDim.x + threadIdx.x;
   const int oy = blockIdx.y * blockDim.y + threadIdx.y;
   if (ox >= size || oy >= size) return;
@@ -42,14 +43,16 @@ __global__ void crop_resize_kernel(const CropResizeJob* __restrict__ jobs, int s
   for (int y = sy.first; y < sy.last; ++y) {
     const float wy = triangle((y - sy.center + 0.5f) * sy.inv_width);
     if (wy == 0.f) continue;
-    const uint8_t* row = job.src + static_cast<int64_t>(job.y + y) * job.pitch + static_cast<int64_t>(job.x) * 3;
+    const uint8_t* row = job.src + static_cast<int64_t>(job.y + y) * job.pitch +
+                         static_cast<int64_t>(job.x) * job.pixel_step;
+    const int64_t cs = job.channel_step;
     float rr = 0.f, gg = 0.f, bb = 0.f;
     for (int x = sx.first; x < sx.last; ++x) {
       const float wx = triangle((x - sx.center + 0.5f) * sx.inv_width);
-      const uint8_t* p = row + 3 * x;
+      const uint8_t* p = row + static_cast<int64_t>(job.pixel_step) * x;
       rr += wx * p[0];
-      gg += wx * p[1];
-      bb += wx * p[2];
+      gg += wx * p[cs];
+      bb += wx * p[2 * cs];
     }
     r += wy * rr;
     g += wy * gg;
@@ -58,19 +61,29 @@ __global__ void crop_resize_kernel(const CropResizeJob* __restrict__ jobs, int s
   const float norm = 1.f / (wsum_x * wsum_y);
   const int col = job.flip ? size - 1 - ox : ox;
   const int64_t plane = static_cast<int64_t>(size) * size;
-  float* o = out + static_cast<int64_t>(blockIdx.z) * 3 * plane + static_cast<int64_t>(oy) * size + col;
-  o[0] = r * norm;
-  o[plane] = g * norm;
-  o[2 * plane] = b * norm;
+  const float v[3] = {(r * norm - o.mean[0]) * o.inv_std[0], (g * norm - o.mean[1]) * o.inv_std[1],
+                      (b * norm - o.mean[2]) * o.inv_std[2]};
+  if (o.channels_last) {
+    float* p = out + ((static_cast<int64_t>(blockIdx.z) * size + oy) * size + col) * 3;
+    p[0] = v[0];
+    p[1] = v[1];
+    p[2] = v[2];
+  } else {
+    float* p = out + static_cast<int64_t>(blockIdx.z) * 3 * plane + static_cast<int64_t>(oy) * size + col;
+    p[0] = v[0];
+    p[plane] = v[1];
+    p[2 * plane] = v[2];
+  }
 }
 
 }  // namespace
 
-int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, float* out, void* stream) {
+int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, float* out, void* stream,
+                       const CropResizeOutput& o) {
   if (batch <= 0 || size <= 0) return 0;
   const dim3 block(32, 8);
   const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, batch);
-  crop_resize_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(jobs, size, out);
+  crop_resize_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(jobs, size, out, o);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -4,13 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <optional>
 #include <thread>
-#ifdef TRAINER_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -49,14 +43,6 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
       batch.images = batch.images.contiguous(torch::MemoryFormat::ChannelsLast);
     batch.labels = torch::randint(cfg.model.num_classes, {B}, gen_opts.dtype(torch::kInt64));
   }
-  // A/B (temporary): the steps on a high-priority stream, ahead of the loader's side-stream work
-#ifdef TRAINER_WITH_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> compute;
-  if (ctx.device.is_cuda() && std::getenv("TRAINER_HIGH_PRIORITY_COMPUTE")) {
-    synchronize(ctx.device);
-    compute.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, ctx.device.index()));
-  }
-#endif
   // pipeline: batches from the configured loader, epoch after epoch; the wait for them is part of the step
   int64_t epoch = 0;
   if (pipeline) t.train_loader().set_epoch(epoch);
