@@ -108,7 +108,6 @@ case "$phase" in
     for rep in 1 2 3; do  # interleaved repeats: their spread is the noise
       run data_gpu_crop_$rep $T bench-data "${gpu[@]}"
       run data_gpu_whole_$rep $T bench-data "${gpu[@]}" --set data.crop_decode=false
-      TRAINER_NVJPEG_PLANAR=1 run data_gpu_crop_planar_$rep $T bench-data "${gpu[@]}"
     done
     for rep in 1 2; do
       run data_cpu_$rep $T bench-data "${common[@]}" --set bench.steps=40
@@ -125,9 +124,22 @@ case "$phase" in
     for rep in 1 2; do
       erun resnet50_bf16_synthetic_$rep
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
-      TRAINER_NVJPEG_PLANAR=1 erun resnet50_bf16_pipeline_gpudecode_planar_$rep "${dec[@]}"
     done
     erun resnet50_bf16_pipeline_gpudecode_whole "${dec[@]}" --set data.crop_decode=false
+    ;;
+  e2e100)  # ResNet-50 bf16 end to end, 100 timed steps, three interleaved repeats: synthetic, GPU decode (4 read
+            # threads), CPU decode (cores - 2 threads)
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
+    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
+      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
+    for rep in 1 2 3; do
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_pipeline_gpudecode_$rep --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
+    done
+    erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
