@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
 #include "core/check.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/strings.h"
 #include "test_support/test_support.h"
 
@@ -47,6 +52,30 @@ TEST(Log, WritesToFileWithRankPrefix) {
 TEST(Log, ParsesLevels) {
   EXPECT_EQ(log::parse_level("warn"), log::Level::warn);
   EXPECT_THROW(log::parse_level("loud"), ConfigError);
+}
+
+// Every index once, whatever the thread count; worker numbers in range; a throwing call's exception reaches the
+// caller after every thread has joined.
+TEST(Parallel, EveryIndexOnceAndErrorsReachTheCaller) {
+  for (int threads : {1, 3, 8}) {
+    std::vector<std::atomic<int>> seen(1000);
+    std::atomic<int> bad_worker{0};
+    parallel_for_workers(1000, threads, [&](int64_t i, int worker) {
+      seen[static_cast<size_t>(i)].fetch_add(1);
+      if (worker < 0 || worker >= threads) bad_worker.fetch_add(1);
+    });
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << i << ", " << threads << " threads";
+    EXPECT_EQ(bad_worker.load(), 0);
+  }
+  std::atomic<int> calls{0};
+  EXPECT_THROW(parallel_for(100000, 4,
+                            [&](int64_t i) {
+                              calls.fetch_add(1);
+                              if (i == 10) throw std::runtime_error("sample 10 is bad");
+                            }),
+               std::runtime_error);
+  EXPECT_LT(calls.load(), 100000) << "the others stop taking indices after the error";
+  parallel_for(0, 4, [&](int64_t) { FAIL() << "no index in an empty range"; });
 }
 
 }  // namespace

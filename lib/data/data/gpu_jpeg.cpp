@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/random.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
@@ -32,22 +33,6 @@
 
 namespace trainer {
 
-namespace {
-// Runs fn(i, worker) for i in [0, n) on `threads` threads; worker is the thread's number, 0 .. threads - 1.
-template <class F> void parallel_for_workers(int64_t n, int threads, F&& fn) {
-  std::atomic<int64_t> next{0};
-  auto work = [&](int worker) {
-    for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i, worker);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int64_t>(threads, n); ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& t : pool) t.join();
-}
-template <class F> void parallel_for(int64_t n, int threads, F&& fn) {
-  parallel_for_workers(n, threads, [&](int64_t i, int) { fn(i); });
-}
-}  // namespace
 
 #ifdef TRAINER_WITH_NVJPEG
 bool gpu_decode_available() { return true; }

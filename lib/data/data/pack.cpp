@@ -1,7 +1,6 @@
 #include "data/pack.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -10,6 +9,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/strings.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
@@ -136,25 +136,18 @@ PackStats pack_dataset(const PackOptions& o, const std::function<void(int64_t, i
   PackStats st;
   const size_t n = order.size(), chunk = static_cast<size_t>(threads) * 32;
   std::vector<Packed> done(chunk);
+  std::vector<JpegDecoder> jpegs(static_cast<size_t>(threads));  // one per worker thread
   for (size_t base = 0; base < n; base += chunk) {
     const size_t m = std::min(chunk, n - base);
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      JpegDecoder jpeg;
-      for (size_t k; (k = next.fetch_add(1)) < m;) {
-        Packed& p = done[k];
-        p = Packed{};
-        try {
-          pack_one(list.samples[order[base + k]], o, jpeg, p);
-        } catch (const std::exception& e) {
-          p.error = e.what();
-        }
+    parallel_for_workers(static_cast<int64_t>(m), threads, [&](int64_t k, int worker) {
+      Packed& p = done[static_cast<size_t>(k)];
+      p = Packed{};
+      try {
+        pack_one(list.samples[order[base + static_cast<size_t>(k)]], o, jpegs[static_cast<size_t>(worker)], p);
+      } catch (const std::exception& e) {
+        p.error = e.what();
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
+    });
     for (size_t k = 0; k < m; ++k) {  // written in order: the output depends on the seed only
       Packed& p = done[k];
       const ImageSample& s = list.samples[order[base + k]];
