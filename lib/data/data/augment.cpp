@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/random.h"
+#include "data/device_upload.h"
 
 namespace trainer {
 namespace {
@@ -145,7 +146,7 @@ BatchAugmenter::Draws BatchAugmenter::draw(const std::vector<int64_t>& indices, 
       p[i * 12 + 8 + k] = static_cast<double>(a.erase[k]);
     }
   }
-  auto dev = device.is_cuda() ? host.pin_memory().to(device, /*non_blocking=*/true) : host;
+  auto dev = upload(host, device);
   Draws d;
   d.factors = dev.narrow(1, 0, 4).to(torch::kFloat32);
   d.order = dev.narrow(1, 4, 4).to(torch::kInt64);

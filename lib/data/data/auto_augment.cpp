@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/random.h"
+#include "data/device_upload.h"
 
 namespace trainer {
 namespace {
@@ -33,14 +34,6 @@ torch::Tensor to_u8(torch::Tensor t) { return t.clamp_(0.0, 255.0).trunc_(); }
 torch::Tensor grayscale_u8(const torch::Tensor& x) {  // (B,3,H,W) -> (B,1,H,W), truncated like rgb_to_grayscale
   auto c = x.unbind(1);
   return (0.2989 * c[0] + 0.587 * c[1] + 0.114 * c[2]).trunc_().unsqueeze(1);
-}
-
-// A small host tensor on `device`, queued without a host sync: a plain .to() from pageable memory would wait for
-// the stream, stalling the loader thread behind everything queued before it (pinned staging is kept alive by
-// the caching host allocator until the copy has run).
-torch::Tensor upload(const torch::Tensor& host, const torch::Device& device) {
-  if (!device.is_cuda()) return host;
-  return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
 torch::Tensor per_sample(const std::vector<double>& v, const torch::Tensor& like) {

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/random.h"
+#include "data/device_upload.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
 #include "data/sharding.h"
@@ -625,11 +626,9 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     for (size_t k = 0; k < fallback.size(); ++k) {
       if (failed[k]) continue;
       const RgbImage& r = cpu[k];
-      // through pinned memory: the copy is queued, the host buffer is kept until it has run
       img[static_cast<size_t>(fallback[k])] =
-          torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8)
-              .pin_memory()
-              .to(device_, /*non_blocking=*/true);
+          upload(torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8),
+                 device_);
     }
     int64_t fallbacks = 0, replaced = 0;
     for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
@@ -688,7 +687,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       layout.channels_last = opt_.channels_last;
     }
     x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available(), layout);
-    labels = torch::tensor(label, torch::kInt64).pin_memory().to(device_, /*non_blocking=*/true);
+    labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
       augmenter.normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
       if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/random.h"
+#include "data/device_upload.h"
 
 namespace trainer {
 
@@ -75,7 +76,7 @@ bool MemoryLoader::next(Batch& out) {
       h[3 * B + i] = d.flip;
     }
   }
-  auto dev = device_.is_cuda() ? host.pin_memory().to(device_, /*non_blocking=*/true) : host;
+  auto dev = upload(host, device_);
   auto idx = dev[0];
 
   // ---- device: gather, crop + flip as one gather, convert, normalise ----
