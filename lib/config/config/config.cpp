@@ -126,8 +126,11 @@ Schema fields_of(Config& c) {
   s.add_list("data.rrc_scale", &c.data.rrc_scale, "rrc: range of the crop's area fraction", 2, closed(0, 1));
   s.add_list("data.rrc_ratio", &c.data.rrc_ratio, "rrc: range of the crop's aspect ratio", 2, above(0));
   s.add_float("data.crop_pct", &c.data.crop_pct, "eval centre-crop fraction, 0 = the model's default", closed(0, 1));
-  s.add_bool("data.dct_scale", &c.data.dct_scale, "JPEG: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway");
-  s.add_bool("data.crop_decode", &c.data.crop_decode, "JPEG: decode only the crop window");
+  s.add_bool("data.dct_scale", &c.data.dct_scale,
+             "JPEG, CPU decode: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway");
+  s.add_bool("data.crop_decode", &c.data.crop_decode,
+             "JPEG: decode only the crop window (CPU: libjpeg-turbo's crop/skip; GPU: nvJPEG regions on the hardware "
+             "engines)");
   s.add_int("data.train_limit", &c.data.train_limit, "use only the first N training samples, 0 = all", at_least(0));
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));

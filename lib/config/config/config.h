@@ -55,8 +55,8 @@ struct DataConfig {
   std::vector<double> rrc_scale = {0.08, 1.0};            // rrc: area fraction range
   std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};  // rrc: aspect-ratio range
   double crop_pct = 0.0;              // eval: centre crop fraction, 0 = the model's default
-  bool dct_scale = true;              // JPEG: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway
-  bool crop_decode = true;            // JPEG: decode only the crop window
+  bool dct_scale = true;              // JPEG, CPU decode: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway
+  bool crop_decode = true;            // JPEG: decode only the crop window (CPU and GPU decode)
   int64_t train_limit = 0;            // use only the first N training samples, 0 = all
   int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
