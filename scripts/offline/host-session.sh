@@ -152,6 +152,10 @@ case "$phase" in
     done
     python3 scripts/kernel_table.py "$out/prof/gpu/trace.json" "$out/prof/cpu/trace.json" --top 40 --by-stream \
       | tee "$out/prof_kernels.txt"
+    for mode in gpu cpu; do  # idle time on the training stream: host-bound or device-bound, and what ran meanwhile
+      python3 scripts/trace_gaps.py "$out/prof/$mode/trace.json" --json "$out/prof_gaps_$mode.json" \
+        | tee "$out/prof_gaps_$mode.txt"
+    done
     ;;
   autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
             # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment

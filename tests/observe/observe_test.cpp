@@ -1,9 +1,11 @@
 // Observability pieces on their own: CRC-32C and the TensorBoard event file (read back by our reader and by
 // tensorboard's EventAccumulator), the progress bar's text and its silence off a terminal, and the bottleneck
-// verdicts on crafted timings.
+// verdicts on crafted timings; scripts/trace_gaps.py on a crafted trace.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/fs.h"
@@ -132,6 +134,44 @@ TEST(Verdict, OnCraftedTimings) {
 
   t.drained_steps = -1;  // CPU: not measured, no verdict
   EXPECT_TRUE(bottleneck_verdicts(t).empty());
+}
+
+// trace_gaps.py: a crafted trace with a host-bound gap (the next kernel's launch call ends after the gap begins)
+// and a device-bound one (launched in time; another stream's kernel runs during it) on the busiest stream.
+TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
+  test::TempDir dir;
+  using nlohmann::json;
+  auto kernel = [](const char* name, int stream, double ts, double dur, int corr) {
+    return json{{"ph", "X"}, {"cat", "kernel"}, {"name", name}, {"ts", ts}, {"dur", dur},
+                {"args", {{"stream", stream}, {"correlation", corr}}}};
+  };
+  auto launch = [](double ts, double dur, int corr) {
+    return json{{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"ts", ts}, {"dur", dur},
+                {"args", {{"correlation", corr}}}};
+  };
+  json ev = json::array({kernel("conv_a", 7, 0, 100, 1), launch(-20, 5, 1),
+                         kernel("conv_b", 7, 150, 100, 2), launch(130, 10, 2),    // launched at 140: host-bound 50
+                         kernel("conv_c", 7, 400, 100, 3), launch(110, 10, 3),    // queued at 120: device-bound 150
+                         kernel("rgba2rgb", 20, 260, 100, 4), launch(200, 5, 4),  // runs inside the second gap
+                         kernel("conv_d", 7, 501, 100, 5), launch(300, 5, 5)});   // a 1 us gap: below the floor
+  test::write_file(dir.file("trace.json"), json{{"traceEvents", ev}}.dump());
+  const auto r = test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/trace_gaps.py") +
+                                   " " + test::shell_quote(dir.file("trace.json")) + " --json " +
+                                   test::shell_quote(dir.file("gaps.json")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json g = json::parse(test::read_file(dir.file("gaps.json")));
+  EXPECT_EQ(g["stream"].get<int>(), 7);
+  EXPECT_EQ(g["kernels"].get<int>(), 4);
+  EXPECT_EQ(g["gaps"].get<int>(), 2);
+  EXPECT_DOUBLE_EQ(g["idle_us"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(g["idle_host_bound_us"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(g["idle_device_bound_us"].get<double>(), 150.0);
+  const json& top = g["largest_gaps"][0];
+  EXPECT_EQ(top["next_kernel"].get<std::string>(), "conv_c");
+  EXPECT_FALSE(top["host_bound"].get<bool>());
+  EXPECT_DOUBLE_EQ(top["other_streams_during_gap_us"]["rgba2rgb"].get<double>(), 100.0);
+  EXPECT_TRUE(g["largest_gaps"][1]["host_bound"].get<bool>());
+  EXPECT_NE(r.output.find("host-bound 0.05 ms, device-bound 0.15 ms"), std::string::npos) << r.output;
 }
 
 }  // namespace
