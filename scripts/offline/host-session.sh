@@ -80,18 +80,11 @@ case "$phase" in
       | grep -E "bench-data|error"
     $T bench-data "${common[@]}" --set data.decode=auto --set data.workers=4 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
-    for k in 2 3 4; do  # concurrent decoders per batch
-      $T bench-data "${common[@]}" --set data.decode=gpu --set data.workers=4 --set data.gpu_decoders=$k \
-        --out "$out/bench/data_gpu_${k}decoders.json" 2>&1 | grep -E "bench-data|error"
-    done
     python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_pipeline_gpudecode.json" 2>&1 | grep -E "bench resnet50|error"
-    $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
-      --set data.gpu_decoders=2 --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
-      --out "$out/bench/resnet50_bf16_pipeline_gpudecode_2decoders.json" 2>&1 | grep -E "bench resnet50|error"
     $T bench --config configs/imagenet_like.yaml --set data.workers=4 --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
       --out "$out/bench/resnet50_bf16_pipeline_cpu4.json" 2>&1 | grep -E "bench resnet50|error"

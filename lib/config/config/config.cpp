@@ -140,10 +140,6 @@ Schema fields_of(Config& c) {
                "engines where present) with crop, resize and flip on the GPU; auto = time both on a few batches at "
                "start-up and keep the faster",
                {"cpu", "gpu", "auto"});
-  s.add_int("data.gpu_decoders", &c.data.gpu_decoders,
-            "data.decode gpu: nvJPEG decoders that submit slices of each batch concurrently, each from its own "
-            "thread and stream",
-            closed(1, 8));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",

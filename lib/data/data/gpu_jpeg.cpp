@@ -339,13 +339,8 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device), pool_(std::make_unique<Pool>()) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
-  TRAINER_CHECK(opt_.gpu_decoders >= 1 && opt_.gpu_decoders <= 8, "data.gpu_decoders must be 1..8, got ",
-                opt_.gpu_decoders);
-  const int slice = static_cast<int>((opt_.batch_size + opt_.gpu_decoders - 1) / opt_.gpu_decoders);
-  for (int k = 0; k < opt_.gpu_decoders; ++k) {
-    decoders_.push_back(std::make_unique<GpuJpegDecoder>(device));
-    decoders_.back()->preallocate(slice);
-  }
+  decoder_ = std::make_unique<GpuJpegDecoder>(device);
+  decoder_->preallocate(static_cast<int>(opt_.batch_size));
   std::vector<float> m, is;
   for (int c = 0; c < 3; ++c) {
     m.push_back(static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]));
@@ -435,7 +430,7 @@ bool GpuImageLoader::next(Batch& out) {
   return true;
 }
 
-bool GpuImageLoader::hardware() const { return decoders_[0]->hardware(); }
+bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
 
 void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   stop();
@@ -459,54 +454,6 @@ int64_t GpuImageLoader::batches_per_epoch() const {
 Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* flip) const {
   return sample_window(opt_, index, epoch, w, h, flip);
 }
-
-#ifdef TRAINER_WITH_NVJPEG
-// The batch in decoders_.size() contiguous slices, each submitted by its own decoder from its own thread on its own
-// stream (the batched decode call returns when its images are decoded, so one caller leaves the engines idle
-// while it parses and submits); `side` waits for every slice, and the images are marked as used on it.
-namespace {
-std::vector<torch::Tensor> decode_slices(const std::vector<std::unique_ptr<GpuJpegDecoder>>& decoders,
-                                         torch::Device device, const GpuJpegDecoder::Files& in,
-                                         const std::vector<GpuJpegDecoder::Info>& info, const c10::cuda::CUDAStream& side) {
-  const size_t n = in.size(), k = std::min(decoders.size(), std::max<size_t>(n, 1));
-  if (k <= 1) return decoders[0]->decode(in, info);
-  std::vector<torch::Tensor> img(n);
-  std::vector<std::future<void>> parts;
-  for (size_t c = 0; c < k; ++c) {
-    const size_t lo = n * c / k, hi = n * (c + 1) / k;
-    parts.push_back(std::async(std::launch::async, [&, c, lo, hi] {
-      c10::cuda::CUDAGuard device_guard(device.index());
-      const auto stream = c10::cuda::getStreamFromPool(false, device.index());
-      c10::cuda::CUDAStreamGuard stream_guard(stream);
-      at::cuda::CUDAEvent ready;
-      ready.record(side);  // the slice's images may reuse memory the side stream freed
-      ready.block(stream);
-      GpuJpegDecoder::Files f(in.begin() + static_cast<std::ptrdiff_t>(lo), in.begin() + static_cast<std::ptrdiff_t>(hi));
-      std::vector<GpuJpegDecoder::Info> i(info.begin() + static_cast<std::ptrdiff_t>(lo),
-                                          info.begin() + static_cast<std::ptrdiff_t>(hi));
-      std::vector<torch::Tensor> got = decoders[c]->decode(f, i);
-      at::cuda::CUDAEvent done;
-      done.record(stream);
-      done.block(side);
-      for (size_t j = 0; j < got.size(); ++j) {
-        if (got[j].defined()) got[j].record_stream(side);
-        img[lo + j] = std::move(got[j]);
-      }
-    }));
-  }
-  std::exception_ptr error;
-  for (auto& p : parts) {
-    try {
-      p.get();
-    } catch (...) {
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-  return img;
-}
-}  // namespace
-#endif
 
 bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
 #ifdef TRAINER_WITH_NVJPEG
@@ -544,7 +491,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
         bool flip = false;
         return window(order_[static_cast<size_t>(from) + i], epoch_, w, h, &flip);
       };
-    r.info = decoders_[0]->inspect(r.in, threads, roi_of);
+    r.info = decoder_->inspect(r.in, threads, roi_of);
     return r;
   };
   using clock = std::chrono::steady_clock;
@@ -603,7 +550,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     const auto t_decode = clock::now();
     std::vector<torch::Tensor> img;
     try {
-      img = decode_slices(decoders_, device_, in, info, side);
+      img = decoder_->decode(in, info);  // on the side stream
     } catch (...) {
       cpu_part.wait();
       throw;

@@ -122,7 +122,7 @@ class GpuImageLoader : public Loader {
   std::vector<ImageSample> samples_;
   ImageLoaderOptions opt_;
   torch::Device device_;
-  std::vector<std::unique_ptr<GpuJpegDecoder>> decoders_;  // opt_.gpu_decoders, each decoding a slice of a batch
+  std::unique_ptr<GpuJpegDecoder> decoder_;
   std::unique_ptr<Pool> pool_;
   std::vector<int64_t> order_;
   int64_t epoch_ = 0, cursor_ = 0, total_ = 0;

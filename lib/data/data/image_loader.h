@@ -46,7 +46,6 @@ struct ImageLoaderOptions {
   bool dct_scale = true;        // decode at 1/2, 1/4, 1/8 when the crop allows
   bool crop_decode = true;      // decode only the crop window
   bool normalize = true;        // false: next() returns the raw uint8 NHWC batch (bench-data, tests)
-  int gpu_decoders = 1;         // GPU decode: nvJPEG decoders submitting slices of each batch concurrently
   double cache_gb = 0;          // > 0: keep samples in RAM after their first read, up to this many GiB
   bool cache_decoded = false;   // cache decoded full images (no decode in later epochs) instead of the files
 };

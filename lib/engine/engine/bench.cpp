@@ -202,7 +202,6 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
                        {"nvjpeg_crop_window_only", st.gpu_cropped},
                        {"cpu_fallback", st.cpu_fallback},
                        {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
-                       {"decoders", o.gpu_decoders},
                        {"timed_batches", st.batches},
                        {"decode_stream_ms_per_batch", st.decode_ms / per},
                        {"augment_stream_ms_per_batch", st.augment_ms / per},

@@ -226,7 +226,6 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
   o.cache_gb = d.cache_gb;
-  o.gpu_decoders = static_cast<int>(d.gpu_decoders);
   o.cache_decoded = d.cache == "decoded";
   return o;
 }
