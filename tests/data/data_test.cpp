@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "data/augment.h"
 #include "data/cifar.h"
+#include "data/gpu_jpeg.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
@@ -749,6 +750,41 @@ TEST(Cifar, PlanarRecordsBecomeHwcImagesWithLabels) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("data_batch_1.bin missing"), std::string::npos) << e.what();
   }
+}
+
+// The GPU path's crop-resize without its CUDA kernel (ATen per sample; what builds without nvcc run), here on
+// CPU tensors: a strided (planar) view of an image gives what the contiguous image gives, and folding the
+// normalisation and channels_last into the call equals normalising the plain output.
+TEST(CropResize, AtenPathTakesStridedImagesAndFoldsNormalisation) {
+  torch::manual_seed(5);
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+  const torch::Tensor a = torch::randint(0, 256, {90, 120, 3}, u8), b = torch::randint(0, 256, {40, 33, 3}, u8);
+  const torch::Tensor b_planar = b.permute({2, 0, 1}).contiguous().permute({1, 2, 0});  // (H, W, 3) view of planes
+  ASSERT_FALSE(b_planar.is_contiguous());
+  const std::vector<Rect> windows = {{7, 3, 100, 80}, {2, 5, 30, 20}};
+  const std::vector<char> flips = {1, 0};
+  const torch::Tensor plain = gpu_crop_resize({a, b}, windows, flips, 24, /*batched_kernel=*/false);
+  const torch::Tensor strided = gpu_crop_resize({a, b_planar}, windows, flips, 24, false);
+  EXPECT_TRUE(torch::equal(plain, strided));
+  // the crop really is the window: a different window of b changes the output
+  const torch::Tensor moved = gpu_crop_resize({a, b}, {windows[0], Rect{3, 5, 30, 20}}, flips, 24, false);
+  EXPECT_TRUE(torch::equal(moved[0], plain[0]));
+  EXPECT_FALSE(torch::equal(moved[1], plain[1]));
+  GpuResizeOutput norm;
+  norm.normalize = true;
+  norm.channels_last = true;
+  const float mean[3] = {123.7f, 116.3f, 103.5f}, inv[3] = {1 / 58.4f, 1 / 57.1f, 1 / 57.4f};
+  for (int c = 0; c < 3; ++c) {
+    norm.mean255[c] = mean[c];
+    norm.inv_std255[c] = inv[c];
+  }
+  const torch::Tensor folded = gpu_crop_resize({a, b_planar}, windows, flips, 24, false, norm);
+  EXPECT_TRUE(folded.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  const torch::Tensor by_hand = (plain - torch::tensor({mean[0], mean[1], mean[2]}).view({1, 3, 1, 1})) *
+                                torch::tensor({inv[0], inv[1], inv[2]}).view({1, 3, 1, 1});
+  EXPECT_LT((folded - by_hand).abs().max().item<double>(), 1e-5);
+  EXPECT_THROW(gpu_crop_resize({a, b}, {windows[0], Rect{20, 30, 30, 20}}, flips, 24, false), Error)
+      << "a window outside its image is refused";
 }
 
 }  // namespace

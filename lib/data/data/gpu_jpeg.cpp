@@ -54,7 +54,7 @@ struct GpuJpegDecoder::Impl {
   int turn = 0;
   bool hardware = false;
   // interleaved RGB (planar output was measured too, run20: no faster, end to end or alone)
-  nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
+  const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
   std::mutex parse_mu;                          // inspect() calls, one at a time
   std::vector<nvjpegJpegStream_t> parsers;      // one bitstream parser per inspecting thread
   std::vector<nvjpegDecodeParams_t> checks;     // and its region for the engines' support check
@@ -325,7 +325,7 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 struct GpuImageLoader::Pool {
   struct Read {
     std::vector<std::vector<uint8_t>> files;
-    GpuJpegDecoder::Files in;                // what the decoder reads: the files, or their copy in `pinned`
+    GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
     torch::Tensor pinned;
     std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
   };
@@ -471,7 +471,6 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
       }
     });
     r.in.resize(r.files.size());
-    for (size_t i = 0; i < r.in.size(); ++i) r.in[i] = {r.files[i].data(), r.files[i].size()};
     {  // the engines read the files from pinned memory (one copy, by the reading threads)
       std::vector<size_t> at(r.files.size() + 1, 0);
       for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
