@@ -770,18 +770,12 @@ TEST(CropResize, AtenPathTakesStridedImagesAndFoldsNormalisation) {
   const torch::Tensor moved = gpu_crop_resize({a, b}, {windows[0], Rect{3, 5, 30, 20}}, flips, 24, false);
   EXPECT_TRUE(torch::equal(moved[0], plain[0]));
   EXPECT_FALSE(torch::equal(moved[1], plain[1]));
-  GpuResizeOutput norm;
-  norm.normalize = true;
-  norm.channels_last = true;
-  const float mean[3] = {123.7f, 116.3f, 103.5f}, inv[3] = {1 / 58.4f, 1 / 57.1f, 1 / 57.4f};
-  for (int c = 0; c < 3; ++c) {
-    norm.mean255[c] = mean[c];
-    norm.inv_std255[c] = inv[c];
-  }
+  const GpuResizeOutput norm = GpuResizeOutput::normalized({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, true);
+  const torch::Tensor mean = torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}).view({1, 3, 1, 1});
+  const torch::Tensor inv = torch::tensor({norm.inv_std255[0], norm.inv_std255[1], norm.inv_std255[2]}).view({1, 3, 1, 1});
   const torch::Tensor folded = gpu_crop_resize({a, b_planar}, windows, flips, 24, false, norm);
   EXPECT_TRUE(folded.is_contiguous(torch::MemoryFormat::ChannelsLast));
-  const torch::Tensor by_hand = (plain - torch::tensor({mean[0], mean[1], mean[2]}).view({1, 3, 1, 1})) *
-                                torch::tensor({inv[0], inv[1], inv[2]}).view({1, 3, 1, 1});
+  const torch::Tensor by_hand = (plain - mean) * inv;
   EXPECT_LT((folded - by_hand).abs().max().item<double>(), 1e-5);
   EXPECT_THROW(gpu_crop_resize({a, b}, {windows[0], Rect{20, 30, 30, 20}}, flips, 24, false), Error)
       << "a window outside its image is refused";

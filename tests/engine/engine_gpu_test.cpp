@@ -265,18 +265,12 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
     EXPECT_LT(worst, 2e-3) << "case " << i;
   }
   // normalisation and the channels_last layout folded into the kernel: as normalising its plain output
-  GpuResizeOutput norm;
-  norm.normalize = true;
-  norm.channels_last = true;
-  const float mean[3] = {123.7f, 116.3f, 103.5f}, inv[3] = {1 / 58.4f, 1 / 57.1f, 1 / 57.4f};
-  for (int c = 0; c < 3; ++c) {
-    norm.mean255[c] = mean[c];
-    norm.inv_std255[c] = inv[c];
-  }
+  const GpuResizeOutput norm = GpuResizeOutput::normalized({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, true);
+  const torch::Tensor mean = torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}).view({1, 3, 1, 1});
+  const torch::Tensor inv = torch::tensor({norm.inv_std255[0], norm.inv_std255[1], norm.inv_std255[2]}).view({1, 3, 1, 1});
   const torch::Tensor folded = gpu_crop_resize(images, windows, flips, S, true, norm);
   EXPECT_TRUE(folded.is_contiguous(torch::MemoryFormat::ChannelsLast));
-  const torch::Tensor by_hand = (fast - torch::tensor({mean[0], mean[1], mean[2]}).view({1, 3, 1, 1})) *
-                                torch::tensor({inv[0], inv[1], inv[2]}).view({1, 3, 1, 1});
+  const torch::Tensor by_hand = (fast - mean) * inv;
   EXPECT_LT((folded.cpu() - by_hand).abs().max().item<double>(), 1e-4);
   const torch::Tensor folded_ref = gpu_crop_resize(images, windows, flips, S, false, norm).cpu();
   EXPECT_LT((folded.cpu() - folded_ref).abs().max().item<double>(), 1e-4);

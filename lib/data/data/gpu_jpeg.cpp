@@ -240,6 +240,19 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vecto
 
 // ---- crop + resize + flip of a batch ----
 
+GpuResizeOutput GpuResizeOutput::normalized(const std::vector<double>& mean, const std::vector<double>& std,
+                                            bool channels_last) {
+  TRAINER_CHECK(mean.size() == 3 && std.size() == 3, "GpuResizeOutput: three means and three stds");
+  GpuResizeOutput o;
+  o.normalize = true;
+  for (size_t c = 0; c < 3; ++c) {
+    o.mean255[c] = static_cast<float>(255.0 * mean[c]);
+    o.inv_std255[c] = static_cast<float>(1.0 / (255.0 * std[c]));
+  }
+  o.channels_last = channels_last;
+  return o;
+}
+
 bool gpu_crop_resize_kernel_available() {
 #ifdef TRAINER_WITH_KERNELS
   return true;
@@ -341,13 +354,10 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   decoder_ = std::make_unique<GpuJpegDecoder>(device);
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
-  std::vector<float> m, is;
-  for (int c = 0; c < 3; ++c) {
-    m.push_back(static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]));
-    is.push_back(static_cast<float>(1.0 / (255.0 * opt_.std[static_cast<size_t>(c)])));
-  }
-  mean255_ = torch::tensor(m).view({1, 3, 1, 1}).to(device_);
-  inv_std255_ = torch::tensor(is).view({1, 3, 1, 1}).to(device_);
+  normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last);
+  const auto& n = normalized_;
+  mean255_ = torch::tensor({n.mean255[0], n.mean255[1], n.mean255[2]}).view({1, 3, 1, 1}).to(device_);
+  inv_std255_ = torch::tensor({n.inv_std255[0], n.inv_std255[1], n.inv_std255[2]}).view({1, 3, 1, 1}).to(device_);
   set_epoch(0);
 }
 
@@ -623,16 +633,9 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     const BatchAugmenter augmenter(opt_.augment, opt_.seed);
     const bool plain = !(opt_.train && augmenter.enabled());  // nothing between the resize and the normalisation
     const bool fused = plain && gpu_crop_resize_kernel_available();
-    GpuResizeOutput layout;
-    if (fused) {  // normalised and laid out by the resize kernel itself
-      layout.normalize = true;
-      for (int c = 0; c < 3; ++c) {
-        layout.mean255[c] = static_cast<float>(255.0 * opt_.mean[static_cast<size_t>(c)]);
-        layout.inv_std255[c] = static_cast<float>(1.0 / (255.0 * opt_.std[static_cast<size_t>(c)]));
-      }
-      layout.channels_last = opt_.channels_last;
-    }
-    x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available(), layout);
+    // fused: normalised and laid out by the resize kernel itself
+    x = gpu_crop_resize(img, windows, flips, S, gpu_crop_resize_kernel_available(),
+                        fused ? normalized_ : GpuResizeOutput{});
     labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
       augmenter.normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);

@@ -87,6 +87,9 @@ struct GpuResizeOutput {
   bool normalize = false;  // (v - mean255[c]) * inv_std255[c]
   float mean255[3] = {0.f, 0.f, 0.f}, inv_std255[3] = {1.f, 1.f, 1.f};
   bool channels_last = false;
+  // Normalised by a per-channel mean and std given on the 0..1 scale (data.mean, data.std).
+  static GpuResizeOutput normalized(const std::vector<double>& mean, const std::vector<double>& std,
+                                    bool channels_last);
 };
 bool gpu_crop_resize_kernel_available();
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
@@ -126,7 +129,8 @@ class GpuImageLoader : public Loader {
   std::unique_ptr<Pool> pool_;
   std::vector<int64_t> order_;
   int64_t epoch_ = 0, cursor_ = 0, total_ = 0;
-  torch::Tensor mean255_, inv_std255_;
+  GpuResizeOutput normalized_;           // what the resize kernel does when nothing runs between it and normalising
+  torch::Tensor mean255_, inv_std255_;  // the same figures on the device, for the unfused path
   // ---- producer thread and its queue, guarded by mu_ ----
   std::thread thread_;
   mutable std::mutex mu_;
