@@ -3,7 +3,9 @@
 consecutive kernels of the stream, whether the host launched the next kernel late (host-bound: its
 cudaLaunchKernel call ended after the gap began) or the kernel was queued in time and waited on the device
 (device-bound: an event wait, or other streams' work), with the other streams' kernels and copies that ran
-during the gap. The training stream is the one with the most kernel time unless --stream names it.
+during the gap. For a host-bound gap it also names the CUDA API calls other host threads were in while the
+launch was late (a long call there, e.g. an allocation that synchronises the device, can hold the driver's
+locks). Totals per kind of overlap come with it. The training stream is the one with the most kernel time unless --stream names it.
 
 usage: trace_gaps.py trace.json [--stream N] [--min-gap-us 2] [--top 10] [--json OUT]
 """
@@ -31,11 +33,16 @@ def analyse(events, stream=None, min_gap_us=2.0, top=10):
         raise SystemExit(f"stream {stream} has {len(mine)} kernel(s): nothing to measure")
     others = sorted((e for e in gpu if e.get("args", {}).get("stream") != stream), key=lambda e: e["ts"])
     launches = {}
+    api = []
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            api.append(e)
             c = e.get("args", {}).get("correlation")
             if c is not None:
                 launches[c] = e
+    api.sort(key=lambda e: e["ts"])
+    device_overlap_total = collections.Counter()
+    host_overlap_total = collections.Counter()
     window = (mine[0]["ts"], mine[-1]["ts"] + mine[-1]["dur"])
     busy = sum(e["dur"] for e in mine)
     gaps = []
@@ -53,10 +60,25 @@ def analyse(events, stream=None, min_gap_us=2.0, top=10):
             a, b = max(start, o["ts"]), min(end, o["ts"] + o["dur"])
             if b > a:
                 overlap[o["cat"] if o["cat"] != "kernel" else o["name"][:60]] += b - a
+        calls = collections.Counter()
+        if host_bound:  # what the other threads were calling while this launch was late
+            for c in api:
+                if c["ts"] >= launched_at:
+                    break
+                if c.get("tid") == launch.get("tid"):
+                    continue
+                a, b = max(start, c["ts"]), min(launched_at, c["ts"] + c["dur"])
+                if b > a:
+                    calls[c["name"][:60]] += b - a
+            host_overlap_total.update(calls)
+        else:
+            device_overlap_total.update(overlap)
         gaps.append({"start_us": start, "gap_us": end - start, "host_bound": host_bound,
                      "next_kernel": nxt["name"][:80], "launch_call": launch["name"] if launch else None,
                      "launched_late_by_us": (launched_at - start) if host_bound else 0.0,
-                     "other_streams_during_gap_us": dict(overlap.most_common(3))})
+                     "launch_call_us": launch["dur"] if launch else None,
+                     "other_streams_during_gap_us": dict(overlap.most_common(3)),
+                     "other_threads_api_calls_us": dict(calls.most_common(3))})
     idle = sum(g["gap_us"] for g in gaps)
     host = sum(g["gap_us"] for g in gaps if g["host_bound"])
     buckets = collections.Counter()
@@ -67,6 +89,8 @@ def analyse(events, stream=None, min_gap_us=2.0, top=10):
             "idle_us": idle, "idle_host_bound_us": host, "idle_device_bound_us": idle - host,
             "gaps": len(gaps), "idle_by_gap_size_us": dict(buckets),
             "kernel_us_per_stream": {str(k): v for k, v in per_stream.most_common()},
+            "device_bound_gaps_other_streams_us": dict(device_overlap_total.most_common(8)),
+            "host_bound_gaps_other_threads_api_us": dict(host_overlap_total.most_common(8)),
             "largest_gaps": sorted(gaps, key=lambda g: -g["gap_us"])[:top]}
 
 
@@ -83,10 +107,18 @@ def main():
           f"{r['kernel_busy_us'] / 1e3:.2f} ms, idle {r['idle_us'] / 1e3:.2f} ms in {r['gaps']} gaps "
           f"(host-bound {r['idle_host_bound_us'] / 1e3:.2f} ms, device-bound {r['idle_device_bound_us'] / 1e3:.2f} ms)")
     print("idle by gap size (ms): " + ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(r["idle_by_gap_size_us"].items())))
+    def listing(d):
+        return "; ".join(f"{k} {v:.0f} us" for k, v in d.items()) or "nothing"
+    print("during device-bound gaps, other streams ran: " + listing(r["device_bound_gaps_other_streams_us"]))
+    print("during host-bound gaps, other threads were in: " + listing(r["host_bound_gaps_other_threads_api_us"]))
     for g in r["largest_gaps"]:
-        why = f"host launched it {g['launched_late_by_us']:.0f} us late" if g["host_bound"] else "queued in time"
-        others = "; ".join(f"{k} {v:.0f} us" for k, v in g["other_streams_during_gap_us"].items()) or "nothing"
-        print(f"  {g['gap_us']:8.0f} us before {g['next_kernel']} ({why}); other streams: {others}")
+        if g["host_bound"]:
+            why = (f"host launched it {g['launched_late_by_us']:.0f} us late, {g['launch_call']} took "
+                   f"{g['launch_call_us']:.0f} us; other threads: {listing(g['other_threads_api_calls_us'])}")
+        else:
+            why = "queued in time"
+        print(f"  {g['gap_us']:8.0f} us before {g['next_kernel']} ({why}); other streams: "
+              f"{listing(g['other_streams_during_gap_us'])}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)

@@ -147,13 +147,17 @@ TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
   };
   auto launch = [](double ts, double dur, int corr) {
     return json{{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"ts", ts}, {"dur", dur},
-                {"args", {{"correlation", corr}}}};
+                {"tid", 1}, {"args", {{"correlation", corr}}}};
   };
+  // another thread's call while the main thread's launch is late (100..140), partly inside the gap
+  const json malloc_call = {{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaMalloc"}, {"ts", 90.0},
+                            {"dur", 40.0}, {"tid", 2}, {"args", json::object()}};
   json ev = json::array({kernel("conv_a", 7, 0, 100, 1), launch(-20, 5, 1),
                          kernel("conv_b", 7, 150, 100, 2), launch(130, 10, 2),    // launched at 140: host-bound 50
                          kernel("conv_c", 7, 400, 100, 3), launch(110, 10, 3),    // queued at 120: device-bound 150
                          kernel("rgba2rgb", 20, 260, 100, 4), launch(200, 5, 4),  // runs inside the second gap
-                         kernel("conv_d", 7, 501, 100, 5), launch(300, 5, 5)});   // a 1 us gap: below the floor
+                         kernel("conv_d", 7, 501, 100, 5), launch(300, 5, 5),     // a 1 us gap: below the floor
+                         malloc_call});
   test::write_file(dir.file("trace.json"), json{{"traceEvents", ev}}.dump());
   const auto r = test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/trace_gaps.py") +
                                    " " + test::shell_quote(dir.file("trace.json")) + " --json " +
@@ -171,6 +175,11 @@ TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
   EXPECT_FALSE(top["host_bound"].get<bool>());
   EXPECT_DOUBLE_EQ(top["other_streams_during_gap_us"]["rgba2rgb"].get<double>(), 100.0);
   EXPECT_TRUE(g["largest_gaps"][1]["host_bound"].get<bool>());
+  EXPECT_DOUBLE_EQ(g["largest_gaps"][1]["launch_call_us"].get<double>(), 10.0);
+  // the other thread's cudaMalloc overlapped the late launch from 100 (the gap's start) to 130
+  EXPECT_DOUBLE_EQ(g["largest_gaps"][1]["other_threads_api_calls_us"]["cudaMalloc"].get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(g["host_bound_gaps_other_threads_api_us"]["cudaMalloc"].get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(g["device_bound_gaps_other_streams_us"]["rgba2rgb"].get<double>(), 100.0);
   EXPECT_NE(r.output.find("host-bound 0.05 ms, device-bound 0.15 ms"), std::string::npos) << r.output;
 }
 
