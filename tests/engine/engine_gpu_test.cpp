@@ -439,5 +439,71 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   }
 }
 
+// Training: the producer goes on into the next epoch once an epoch is made. What it hands out after
+// set_epoch(e + 1) equals what a loader started at epoch e + 1 gives; a call after a partly taken epoch, or one
+// that resumes mid-epoch, starts over and gives the same. Prefetch deeper than an epoch: at most one epoch ahead.
+TEST(GpuDecode, LoaderGoesOnIntoTheNextEpochAsSetEpochWould) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  test::TempDir dir;
+  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg"};
+  for (int c = 0; c < 3; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    for (int i = 0; i < 6; ++i)
+      test::write_file(d + "/" + std::to_string(i) + ".jpg", test::read_file(fx + "/" + src[(i + c) % 3]));
+  }
+  const auto list = scan_image_folder(dir.file("set"));
+  torch::Device dev(torch::kCUDA, 0);
+  ImageLoaderOptions o;
+  o.batch_size = 4;  // 18 samples: 4 batches an epoch (drop_last)
+  o.image_size = 32;
+  o.workers = 2;
+  o.prefetch = 6;    // deeper than an epoch
+  o.seed = 5;
+  using Epoch = std::vector<Batch>;
+  auto take = [](GpuImageLoader& l, int64_t at_most) {
+    Epoch out;
+    Batch b;
+    while (static_cast<int64_t>(out.size()) < at_most && l.next(b)) out.push_back(b);
+    return out;
+  };
+  auto fresh = [&](int64_t epoch, int64_t start_batch) {
+    GpuImageLoader l(list.samples, o, dev);
+    l.set_epoch(epoch, start_batch);
+    return take(l, 1 << 20);
+  };
+  auto expect_same = [](const Epoch& a, const Epoch& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t k = 0; k < a.size(); ++k) {
+      EXPECT_EQ(a[k].indices, b[k].indices) << what << " batch " << k;
+      EXPECT_TRUE(torch::equal(a[k].labels.cpu(), b[k].labels.cpu())) << what << " batch " << k;
+      EXPECT_TRUE(torch::allclose(a[k].images.cpu(), b[k].images.cpu(), 1e-5, 1e-5)) << what << " batch " << k;
+    }
+  };
+  GpuImageLoader l(list.samples, o, dev);
+  for (int64_t e = 0; e < 3; ++e) {  // whole epochs: the producer's next epoch is kept
+    if (e > 0) l.set_epoch(e);
+    const Epoch got = take(l, 1 << 20);
+    EXPECT_EQ(got.size(), 4u);
+    expect_same(got, fresh(e, 0), "epoch " + std::to_string(e) + " after a whole epoch");
+    if (e > 0) {  // a new shuffle each epoch
+      const Epoch before = fresh(e - 1, 0);
+      EXPECT_NE(got[0].indices, before[0].indices);
+    }
+  }
+  l.set_epoch(3);
+  ASSERT_EQ(take(l, 1).size(), 1u);  // epoch 3 partly taken: the next call starts over
+  l.set_epoch(4);
+  expect_same(take(l, 1 << 20), fresh(4, 0), "epoch 4 after a partly taken epoch");
+  l.set_epoch(5, 2);  // resume mid-epoch
+  const Epoch whole = fresh(5, 0);
+  expect_same(take(l, 1 << 20), Epoch(whole.begin() + 2, whole.end()), "epoch 5 from batch 2");
+  l.set_epoch(6);
+  expect_same(take(l, 1 << 20), fresh(6, 0), "epoch 6 after a resumed epoch");
+  l.set_epoch(6);  // the same epoch again: starts over
+  expect_same(take(l, 1 << 20), fresh(6, 0), "epoch 6 again");
+}
+
 }  // namespace
 }  // namespace trainer

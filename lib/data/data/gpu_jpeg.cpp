@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -344,7 +345,7 @@ struct GpuImageLoader::Pool {
   };
   // the next batch's files, read and parsed ahead while the current batch decodes
   std::future<Read> pending;
-  int64_t pending_cursor = -1;
+  int64_t pending_epoch = -1, pending_cursor = -1;
   Read batch;  // the batch being decoded (alive until the next batch)
 };
 
@@ -362,6 +363,7 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
 }
 
 struct GpuImageLoader::Ready {
+  int64_t epoch = 0;
   Batch batch;
   std::shared_ptr<void> done;  // at::cuda::CUDAEvent recorded on the side stream after the batch's last kernel
 };
@@ -377,7 +379,7 @@ GpuDecodeStats GpuImageLoader::stats() const {
 }
 
 void GpuImageLoader::start() {
-  stop_ = finished_ = false;
+  stop_ = false;
   error_ = nullptr;
   thread_ = std::thread([this] { loop(); });
 }
@@ -392,6 +394,17 @@ void GpuImageLoader::stop() {
   queue_.clear();
 }
 
+GpuImageLoader::Pass GpuImageLoader::make_pass(int64_t epoch, int64_t start_batch) const {
+  Pass p;
+  p.epoch = epoch;
+  p.order = std::make_shared<const std::vector<int64_t>>(epoch_indices(loader_shard(
+      static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank, opt_.world_size, opt_.train, opt_.drop_last)));
+  const int64_t n = static_cast<int64_t>(p.order->size());
+  p.total = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
+  p.cursor = std::min(p.total, start_batch * opt_.batch_size);
+  return p;
+}
+
 void GpuImageLoader::loop() {
 #ifdef TRAINER_WITH_NVJPEG
   c10::cuda::CUDAGuard device_guard(device_.index());
@@ -399,18 +412,34 @@ void GpuImageLoader::loop() {
   const size_t depth = static_cast<size_t>(std::max(1, opt_.prefetch));
   try {
     while (true) {
+      Pass p;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || queue_.size() < depth; });
         if (stop_) return;
+        p = pass_;
+      }
+      if (p.cursor >= p.total) {  // the pass is made
+        if (!opt_.train || std::getenv("TRAINER_AB_NO_ROLLOVER")) return;  // evaluation: one pass per set_epoch
+        // training: on with the next epoch, at most one ahead of the consumer
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return stop_ || pass_.epoch == epoch_; });
+          if (stop_) return;
+        }
+        Pass next = make_pass(p.epoch + 1, 0);
+        std::lock_guard<std::mutex> lock(mu_);
+        pass_ = std::move(next);
+        continue;
       }
       auto r = std::make_unique<Ready>();
-      const bool more = produce(r->batch, r->done);
+      r->epoch = p.epoch;
+      produce(p, r->batch, r->done);
+      const int64_t made = std::min(opt_.batch_size, p.total - p.cursor);
       std::lock_guard<std::mutex> lock(mu_);
-      if (more) queue_.push_back(std::move(r));
-      else finished_ = true;
+      pass_.cursor = p.cursor + made;
+      queue_.push_back(std::move(r));
       cv_.notify_all();
-      if (!more) return;
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -423,11 +452,14 @@ bool GpuImageLoader::next(Batch& out) {
   std::unique_ptr<Ready> r;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !queue_.empty() || finished_ || error_; });
+    const int64_t batches = batches_per_epoch();
+    cv_.wait(lock, [&] { return error_ || taken_ >= batches || !queue_.empty(); });
     if (error_) std::rethrow_exception(error_);
-    if (queue_.empty()) return false;
+    if (taken_ >= batches) return false;
     r = std::move(queue_.front());
     queue_.pop_front();
+    TRAINER_CHECK(r->epoch == epoch_, "GpuImageLoader: a batch of epoch ", r->epoch, " in epoch ", epoch_);
+    ++taken_;
   }
   cv_.notify_all();
 #ifdef TRAINER_WITH_NVJPEG
@@ -443,21 +475,32 @@ bool GpuImageLoader::next(Batch& out) {
 bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
 
 void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
+  {  // the epoch the producer has gone on with: keep what it has made
+    std::lock_guard<std::mutex> lock(mu_);
+    if (thread_.joinable() && !stop_ && !error_ && opt_.train && start_batch == 0 && epoch == epoch_ + 1 &&
+        taken_ >= batches_per_epoch() && pass_.epoch == epoch) {
+      epoch_ = epoch;
+      order_ = pass_.order;
+      total_ = pass_.total;
+      taken_ = 0;
+      cv_.notify_all();
+      return;
+    }
+  }
   stop();
   if (pool_->pending.valid()) pool_->pending.wait();
   pool_->pending = {};
   pool_->pending_cursor = -1;
-  order_ = epoch_indices(loader_shard(static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank,
-                                      opt_.world_size, opt_.train, opt_.drop_last));
+  pass_ = make_pass(epoch, start_batch);
   epoch_ = epoch;
-  const int64_t n = static_cast<int64_t>(order_.size());
-  total_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
-  cursor_ = std::min(total_, start_batch * opt_.batch_size);
+  order_ = pass_.order;
+  total_ = pass_.total;
+  taken_ = pass_.cursor / opt_.batch_size;
   start();
 }
 
 int64_t GpuImageLoader::batches_per_epoch() const {
-  const int64_t n = static_cast<int64_t>(order_.size());
+  const int64_t n = static_cast<int64_t>(order_->size());
   return (opt_.train && opt_.drop_last) ? n / opt_.batch_size : (n + opt_.batch_size - 1) / opt_.batch_size;
 }
 
@@ -465,17 +508,18 @@ Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* fl
   return sample_window(opt_, index, epoch, w, h, flip);
 }
 
-bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
+void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& done_event) {
 #ifdef TRAINER_WITH_NVJPEG
-  if (cursor_ >= total_) return false;
-  const int64_t B = std::min(opt_.batch_size, total_ - cursor_);
+  const int64_t B = std::min(opt_.batch_size, p.total - p.cursor);
   const int threads = std::max(1, opt_.workers);
-  auto read_batch = [this, threads](int64_t from, int64_t count) {
+  auto read_batch = [this, threads](Pass q, int64_t count) {
+    const std::vector<int64_t>& order = *q.order;
+    const int64_t from = q.cursor;
     Pool::Read r;
     r.files.resize(static_cast<size_t>(count));
     parallel_for(count, threads, [&](int64_t i) {
       try {
-        read_sample_bytes(samples_[static_cast<size_t>(order_[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
+        read_sample_bytes(samples_[static_cast<size_t>(order[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
       } catch (const Error&) {
         r.files[static_cast<size_t>(i)].clear();  // unreadable: handled as a bad sample below
       }
@@ -496,9 +540,9 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     // crop-only decode: the sample's crop window (the same draw as below) is all the engines decode
     GpuJpegDecoder::RoiFn roi_of;
     if (opt_.crop_decode)
-      roi_of = [this, from](size_t i, int w, int h) {
+      roi_of = [this, &order, from, epoch = q.epoch](size_t i, int w, int h) {
         bool flip = false;
-        return window(order_[static_cast<size_t>(from) + i], epoch_, w, h, &flip);
+        return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
       };
     r.info = decoder_->inspect(r.in, threads, roi_of);
     return r;
@@ -506,17 +550,23 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   using clock = std::chrono::steady_clock;
   auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
   const auto t_read = clock::now();
-  if (pool_->pending.valid() && pool_->pending_cursor == cursor_) pool_->batch = pool_->pending.get();
-  else pool_->batch = read_batch(cursor_, B);
+  if (pool_->pending.valid() && pool_->pending_epoch == p.epoch && pool_->pending_cursor == p.cursor)
+    pool_->batch = pool_->pending.get();
+  else
+    pool_->batch = read_batch(p, B);
   const double read_wait_ms = ms_since(t_read);
   const auto& files = pool_->batch.files;
   const auto& info = pool_->batch.info;
-  out.indices.assign(order_.begin() + cursor_, order_.begin() + cursor_ + B);
-  cursor_ += B;
-  if (cursor_ < total_) {  // read the next batch while this one decodes
-    const int64_t nb = std::min(opt_.batch_size, total_ - cursor_);
-    pool_->pending_cursor = cursor_;
-    pool_->pending = std::async(std::launch::async, read_batch, cursor_, nb);
+  const int64_t epoch = p.epoch;
+  out.indices.assign(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
+  // read the next batch while this one decodes: of this epoch, or (training) the first of the next
+  Pass ahead = p;
+  ahead.cursor += B;
+  if (ahead.cursor >= ahead.total && opt_.train && !std::getenv("TRAINER_AB_NO_ROLLOVER")) ahead = make_pass(p.epoch + 1, 0);
+  if (ahead.cursor < ahead.total) {
+    pool_->pending_epoch = ahead.epoch;
+    pool_->pending_cursor = ahead.cursor;
+    pool_->pending = std::async(std::launch::async, read_batch, ahead, std::min(opt_.batch_size, ahead.total - ahead.cursor));
   }
 
   const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
@@ -624,7 +674,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
     for (int64_t i = 0; i < B; ++i) {
       const Rect& f = frame[static_cast<size_t>(i)];
       bool flip = false;
-      Rect w = window(out.indices[static_cast<size_t>(i)], epoch_, f.w, f.h, &flip);
+      Rect w = window(out.indices[static_cast<size_t>(i)], epoch, f.w, f.h, &flip);
       w.x -= f.x;  // into the decoded region's coordinates (the region is this window where it was crop-decoded)
       w.y -= f.y;
       windows[static_cast<size_t>(i)] = w;
@@ -638,7 +688,7 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
                         fused ? normalized_ : GpuResizeOutput{});
     labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
-      augmenter.normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
+      augmenter.normalize_(x, out.indices, epoch, opt_.train, mean255_, inv_std255_);
       if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     }
     const double augment_host_ms = ms_since(t_augment);
@@ -669,8 +719,8 @@ bool GpuImageLoader::produce(Batch& out, std::shared_ptr<void>& done_event) {
   }
   out.images = x;
   out.labels = labels;
-  return true;
 #else
+  (void)p;
   (void)out;
   (void)done_event;
   TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG");

@@ -100,13 +100,17 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 // ahead (its host work -- nvJPEG submission, one resize launch per sample -- stays off the training thread);
 // `opt.workers` threads read files and decode fallbacks. Output as ImageLoader's: normalised float (B,3,S,S) on
 // the device, channels_last when asked; the compute stream waits on each batch's event.
+// Training: once the producer has made the last batch of an epoch it goes on with the first batches of the
+// next one (the same order and draws set_epoch(epoch + 1) gives), so that the engines' decode latency is not paid
+// at every epoch start; set_epoch(epoch + 1) after the whole epoch was taken keeps them, any other call starts
+// over.
 class GpuImageLoader : public Loader {
  public:
   GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);
   ~GpuImageLoader() override;
   void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
-  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_->size()); }
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return stats().bad; }
   GpuDecodeStats stats() const;
@@ -117,7 +121,15 @@ class GpuImageLoader : public Loader {
  private:
   struct Pool;
   struct Ready;
-  bool produce(Batch& out, std::shared_ptr<void>& done_event);  // the next batch of the epoch, queued on a side stream
+  using Order = std::shared_ptr<const std::vector<int64_t>>;
+  // One epoch's pass of the producer: its sample order and the next sample it makes a batch from.
+  struct Pass {
+    int64_t epoch = 0;
+    Order order;
+    int64_t cursor = 0, total = 0;  // total: samples it makes batches of (after drop_last)
+  };
+  Pass make_pass(int64_t epoch, int64_t start_batch) const;
+  void produce(const Pass& p, Batch& out, std::shared_ptr<void>& done_event);  // the batch at p.cursor, side stream
   void start();
   void stop();
   void loop();
@@ -127,8 +139,9 @@ class GpuImageLoader : public Loader {
   torch::Device device_;
   std::unique_ptr<GpuJpegDecoder> decoder_;
   std::unique_ptr<Pool> pool_;
-  std::vector<int64_t> order_;
-  int64_t epoch_ = 0, cursor_ = 0, total_ = 0;
+  // the consumer's epoch (what next() hands out): its order, samples, and batches taken so far
+  Order order_;
+  int64_t epoch_ = 0, total_ = 0, taken_ = 0;
   GpuResizeOutput normalized_;           // what the resize kernel does when nothing runs between it and normalising
   torch::Tensor mean255_, inv_std255_;  // the same figures on the device, for the unfused path
   // ---- producer thread and its queue, guarded by mu_ ----
@@ -136,7 +149,8 @@ class GpuImageLoader : public Loader {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Ready>> queue_;
-  bool stop_ = false, finished_ = false;
+  Pass pass_;  // the producer's (the consumer's epoch, or the next one once that is made)
+  bool stop_ = false;
   std::exception_ptr error_;
   GpuDecodeStats stats_;
   struct Timing {
