@@ -134,25 +134,6 @@ case "$phase" in
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
     ;;
-  rollover)  # TEMPORARY A/B: the GPU loader going on into the next epoch (4,000 files: an epoch every 15 steps)
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
-    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
-      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
-    for rep in 1 2 3; do
-      erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
-      TRAINER_AB_NO_ROLLOVER=1 erun resnet50_bf16_pipeline_gpudecode_norollover_$rep --set data.decode=gpu \
-        --set data.workers=4 --set bench.data=pipeline
-    done
-    b=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60 --set data.decode=gpu --set data.workers=4)
-    for rep in 1 2; do
-      $T bench-data "${b[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
-      TRAINER_AB_NO_ROLLOVER=1 $T bench-data "${b[@]}" --out "$out/bench/data_gpu_norollover_$rep.json" 2>&1 | grep -E "bench-data|error"
-    done
-    ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
       --train 4000 --val 500 > "$out/dataset.txt"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -420,7 +419,7 @@ void GpuImageLoader::loop() {
         p = pass_;
       }
       if (p.cursor >= p.total) {  // the pass is made
-        if (!opt_.train || std::getenv("TRAINER_AB_NO_ROLLOVER")) return;  // evaluation: one pass per set_epoch
+        if (!opt_.train) return;  // evaluation: one pass per set_epoch
         // training: on with the next epoch, at most one ahead of the consumer
         {
           std::unique_lock<std::mutex> lock(mu_);
@@ -562,7 +561,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
   // read the next batch while this one decodes: of this epoch, or (training) the first of the next
   Pass ahead = p;
   ahead.cursor += B;
-  if (ahead.cursor >= ahead.total && opt_.train && !std::getenv("TRAINER_AB_NO_ROLLOVER")) ahead = make_pass(p.epoch + 1, 0);
+  if (ahead.cursor >= ahead.total && opt_.train) ahead = make_pass(p.epoch + 1, 0);
   if (ahead.cursor < ahead.total) {
     pool_->pending_epoch = ahead.epoch;
     pool_->pending_cursor = ahead.cursor;
