@@ -5,6 +5,7 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   gpuprof (training steps profiled with GPU decode and with CPU decode)
 #   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
 #     baselines, ResNet-50 end to end)
@@ -133,6 +134,21 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
+    ;;
+  issue9)  # the GPU decode issue's figures in one call: the pipeline alone (GPU decode, 4 threads) against both
+            # DataLoader baselines, then e2e100 (ResNet-50 end to end against synthetic data)
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    gpu=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=100 --set data.decode=gpu --set data.workers=4)
+    for rep in 1 2 3; do
+      $T bench-data "${gpu[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
+    done
+    for norm in "" --normalize-in-workers; do
+      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
+        --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
+    done
+    bash "$root/scripts/offline/host-session.sh" e2e100 "$out"
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \

@@ -229,7 +229,8 @@ TEST(Gpu, ImageLoaderBatchesSurviveQueuedComputeWork) {
   if (!gpu_decode_available()) GTEST_SKIP() << "this build has no nvJPEG"
 
 // The batched crop-resize kernel gives what ATen's per-sample crop + _upsample_bilinear2d_aa + flip gives, for
-// shrinking (antialiased), enlarging, thin and full windows, odd sizes and flips.
+// shrinking (antialiased), enlarging, thin and full windows, odd sizes and flips, with its weights tabled (short
+// filters) and computed in place (long ones).
 TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
   REQUIRE_GPU();
   if (!gpu_crop_resize_kernel_available()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)";
@@ -245,6 +246,8 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
       {200, 90, {10, 0, 7, 200}, false},     // thin: enlarge one way, shrink the other
       {57, 57, {1, 1, 56, 56}, true},        // nearly the identity
       {120, 90, {5, 9, 80, 100}, true, true},  // a planar decode's (H, W, 3) view
+      {900, 60, {0, 20, 60, 870}, false},    // tall: enlarge across, shrink 16x down (weights computed in place)
+      {300, 300, {2, 3, 290, 291}, true},    // shrink about 5x both ways (the kernel's tabled weights)
   };
   std::vector<torch::Tensor> images;
   std::vector<Rect> windows;
@@ -256,14 +259,18 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
     windows.push_back(c.r);
     flips.push_back(c.flip ? 1 : 0);
   }
-  const torch::Tensor fast = gpu_crop_resize(images, windows, flips, S, /*batched_kernel=*/true).cpu();
-  const torch::Tensor ref = gpu_crop_resize(images, windows, flips, S, /*batched_kernel=*/false).cpu();
-  ASSERT_EQ(fast.sizes(), ref.sizes());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const double worst = (fast[static_cast<int64_t>(i)] - ref[static_cast<int64_t>(i)]).abs().max().item<double>();
-    std::printf("  case %zu: max |kernel - ATen| %.2e (0..255 scale)\n", i, worst);
-    EXPECT_LT(worst, 2e-3) << "case " << i;
+  for (const int64_t size : {S, int64_t{45}}) {  // 45: tiles cut off at both edges
+    const torch::Tensor fast = gpu_crop_resize(images, windows, flips, size, /*batched_kernel=*/true).cpu();
+    const torch::Tensor ref = gpu_crop_resize(images, windows, flips, size, /*batched_kernel=*/false).cpu();
+    ASSERT_EQ(fast.sizes(), ref.sizes());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const double worst = (fast[static_cast<int64_t>(i)] - ref[static_cast<int64_t>(i)]).abs().max().item<double>();
+      std::printf("  size %lld case %zu: max |kernel - ATen| %.2e (0..255 scale)\n", static_cast<long long>(size), i,
+                  worst);
+      EXPECT_LT(worst, 2e-3) << "size " << size << " case " << i;
+    }
   }
+  const torch::Tensor fast = gpu_crop_resize(images, windows, flips, S, /*batched_kernel=*/true).cpu();
   // normalisation and the channels_last layout folded into the kernel: as normalising its plain output
   const GpuResizeOutput norm = GpuResizeOutput::normalized({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, true);
   const torch::Tensor mean = torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}).view({1, 3, 1, 1});
