@@ -39,7 +39,9 @@ void StepGraph::capture(const torch::Tensor& images, const torch::Tensor& target
   at::autocast::set_autocast_cache_enabled(false);
   try {
     c10::cuda::CUDAStreamGuard guard(side);
-    impl_->graph.capture_begin();
+    // thread-local: the capture forbids unsafe CUDA calls (event queries, synchronisations, allocations) on this
+    // thread only; the loaders' threads go on with theirs (in global mode one of them invalidates the capture)
+    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     body(images_, targets_);
     impl_->graph.capture_end();
   } catch (...) {
