@@ -6,6 +6,7 @@
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
+#   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
 #   gpuprof (training steps profiled with GPU decode and with CPU decode)
 #   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
 #     baselines, ResNet-50 end to end)
@@ -149,6 +150,23 @@ case "$phase" in
         --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
     done
     bash "$root/scripts/offline/host-session.sh" e2e100 "$out"
+    ;;
+  graph)  # train.cuda_graph fed by the JPEG pipeline: ResNet-50 end to end, eager and captured, synthetic and GPU
+          # decode (4 threads), interleaved
+    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+      --train 4000 --val 500 > "$out/dataset.txt"
+    mkdir -p "$out/bench"
+    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
+    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
+      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
+    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+    for rep in 1 2; do
+      erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
+      erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${dec[@]}"
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
+    done
+    erun resnet50_bf16_graph_cpudecode --set train.cuda_graph=true --set bench.data=pipeline
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
     [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
