@@ -4,11 +4,13 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "core/check.h"
 #include "core/fs.h"
@@ -277,6 +279,84 @@ TEST_F(Folder, SameBatchesWithOneOrFourThreads) {
   }
   // a new epoch draws new crops
   EXPECT_FALSE(torch::equal(epoch(one, 0)[0], epoch(one, 1)[0]));
+}
+
+// Training: once an epoch's tasks are handed out the threads go on with the next epoch. What the loader gives
+// after set_epoch(e + 1) equals what a loader started at e + 1 gives (order, draws, labels), whatever the ring
+// depth; the threads make the next epoch's first batches before set_epoch is called; a partly taken epoch, a
+// resume mid-epoch and the same epoch again start over and give the same; evaluation never goes on.
+TEST_F(Folder, GoesOnIntoTheNextEpochAsSetEpochWould) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  struct Taken {
+    std::vector<torch::Tensor> images, labels;
+    std::vector<std::vector<int64_t>> indices;
+  };
+  auto take = [](ImageLoader& l, size_t at_most) {
+    Taken t;
+    Batch b;
+    while (t.images.size() < at_most && l.next(b)) {
+      t.images.push_back(b.images.clone());
+      t.labels.push_back(b.labels.clone());
+      t.indices.push_back(b.indices);
+    }
+    return t;
+  };
+  auto expect_same = [](const Taken& a, const Taken& b, const std::string& what) {
+    ASSERT_EQ(a.images.size(), b.images.size()) << what;
+    for (size_t k = 0; k < a.images.size(); ++k) {
+      EXPECT_EQ(a.indices[k], b.indices[k]) << what << " batch " << k;
+      EXPECT_TRUE(torch::equal(a.labels[k], b.labels[k])) << what << " batch " << k;
+      EXPECT_TRUE(torch::equal(a.images[k], b.images[k])) << what << " batch " << k;
+    }
+  };
+  for (const int prefetch : {1, 8}) {     // a ring of 2 slots, and one deeper than an epoch (5 batches)
+    for (const bool drop_last : {true, false}) {
+      ImageLoaderOptions o = options(3);
+      o.prefetch = prefetch;
+      o.drop_last = drop_last;
+      const std::string tag = "prefetch " + std::to_string(prefetch) + (drop_last ? ", drop_last" : ", keep last");
+      auto fresh = [&](int64_t e, int64_t start_batch) {
+        ImageLoader l(list.samples, o, torch::kCPU);
+        l.set_epoch(e, start_batch);
+        return take(l, 1000);
+      };
+      ImageLoader l(list.samples, o, torch::kCPU);
+      for (int64_t e = 0; e < 3; ++e) {
+        if (e > 0) l.set_epoch(e);
+        const Taken got = take(l, 1000);
+        EXPECT_EQ(got.images.size(), drop_last ? 5u : 6u) << tag;
+        expect_same(got, fresh(e, 0), tag + ", epoch " + std::to_string(e) + " after a whole epoch");
+        if (e == 0) {  // the threads make the next epoch's first batch before anyone asks for it
+          const int64_t made = static_cast<int64_t>(got.images.size() - 1) * 4 + got.images.back().size(0);
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (l.stage_totals().samples < made + 4 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_GE(l.stage_totals().samples, made + 4) << tag << ": nothing of epoch 1 made ahead";
+        }
+      }
+      l.set_epoch(3);
+      ASSERT_EQ(take(l, 1).images.size(), 1u);  // epoch 3 partly taken: the next call starts over
+      l.set_epoch(4);
+      expect_same(take(l, 1000), fresh(4, 0), tag + ", epoch 4 after a partly taken epoch");
+      l.set_epoch(5, 2);  // resume mid-epoch
+      expect_same(take(l, 1000), fresh(5, 2), tag + ", epoch 5 from batch 2");
+      l.set_epoch(6);
+      expect_same(take(l, 1000), fresh(6, 0), tag + ", epoch 6 after a resumed epoch");
+      l.set_epoch(6);  // the same epoch again
+      expect_same(take(l, 1000), fresh(6, 0), tag + ", epoch 6 again");
+    }
+  }
+  // evaluation: the same centre crops every time, and the threads stop at the end of the pass
+  ImageLoaderOptions o = options(2);
+  o.train = false;
+  ImageLoader eval(list.samples, o, torch::kCPU);
+  const Taken first = take(eval, 1000);
+  const int64_t made = eval.stage_totals().samples;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(eval.stage_totals().samples, made) << "an evaluation loader went on past its pass";
+  eval.set_epoch(0);
+  expect_same(take(eval, 1000), first, "evaluation again");
 }
 
 TEST_F(Folder, RandAugmentJitterAndErasingKeepThreadIndependenceAndSpareEval) {

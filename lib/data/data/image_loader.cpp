@@ -28,7 +28,7 @@ struct ImageLoader::Slot {
   torch::Tensor images;   // (B,S,S,3) uint8, pinned when the device is CUDA
   torch::Tensor labels;   // (B,) int64
   std::vector<int64_t> indices;
-  int64_t batch = -1;     // which batch of the epoch the slot holds
+  int64_t batch = -1;     // which batch the slot holds (numbered across epochs: Pass::base + batch of the epoch)
   int64_t done = 0;       // samples written
 #ifdef TRAINER_WITH_CUDA
   std::unique_ptr<at::cuda::CUDAEvent> copy_start;  // timing events around the H2D copy out of this slot
@@ -126,31 +126,74 @@ ImageLoader::~ImageLoader() {
     for (size_t i = 0; i < samples_.size(); ++i) delete cache_[i].load();
 }
 
+ImageLoader::Pass ImageLoader::make_pass(int64_t epoch, int64_t base) const {
+  Pass p;
+  p.epoch = epoch;
+  p.order = std::make_shared<const std::vector<int64_t>>(epoch_indices(loader_shard(
+      static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank, opt_.world_size, opt_.train, opt_.drop_last)));
+  const int64_t n = static_cast<int64_t>(p.order->size());
+  p.total = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
+  p.batches = (p.total + opt_.batch_size - 1) / opt_.batch_size;
+  p.base = base;
+  return p;
+}
+
 void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   std::unique_lock<std::mutex> lock(mu_);
-  // let tasks already handed out finish before the ring is reset
-  done_cv_.wait(lock, [&] { return in_flight_ == 0; });
-  order_ = epoch_indices(loader_shard(static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank,
-                                      opt_.world_size, opt_.train, opt_.drop_last));
-  epoch_ = epoch;
-  const int64_t n = static_cast<int64_t>(order_.size());
-  total_tasks_ = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
-  const int64_t start = std::min<int64_t>(start_batch, (total_tasks_ + opt_.batch_size - 1) / opt_.batch_size);
-  next_task_ = std::min(total_tasks_, start * opt_.batch_size);
-  released_ = start;
-  cursor_ = start;
-  for (auto& sl : slots_) {
-    sl->batch = -1;
-    sl->done = 0;
+  const bool whole_epoch_taken = !passes_.empty() && cursor_ == base_ + batches_;
+  if (opt_.train && start_batch == 0 && epoch == epoch_ + 1 && whole_epoch_taken && !error_) {
+    // the next epoch: keep what the threads have made of it (every task of this one is done: all its batches
+    // were taken)
+    if (passes_.size() == 1) {
+      passes_.push_back(make_pass(epoch, base_ + batches_));
+      work_pass_ = 1;
+      next_task_ = 0;
+    }
+    passes_.pop_front();
+    work_pass_ -= 1;
+  } else {
+    // start over: let the tasks handed out finish, hand out no more meanwhile, then reset the ring
+    resetting_ = true;
+    done_cv_.wait(lock, [&] { return in_flight_ == 0; });
+    resetting_ = false;
+    passes_.clear();
+    passes_.push_back(make_pass(epoch, 0));
+    const int64_t start = std::min<int64_t>(start_batch, passes_[0].batches);
+    work_pass_ = 0;
+    next_task_ = std::min(passes_[0].total, start * opt_.batch_size);
+    released_ = start;
+    cursor_ = start;
+    for (auto& sl : slots_) {
+      sl->batch = -1;
+      sl->done = 0;
+    }
   }
+  const Pass& p = passes_[0];
+  order_ = p.order;
+  epoch_ = p.epoch;
+  total_ = p.total;
+  base_ = p.base;
+  batches_ = p.batches;
   lock.unlock();
   work_cv_.notify_all();
 }
 
-int64_t ImageLoader::batches_per_epoch() const { return (total_tasks_ + opt_.batch_size - 1) / opt_.batch_size; }
+int64_t ImageLoader::batches_per_epoch() const { return batches_; }
 
-int64_t ImageLoader::batch_size_of(int64_t batch) const {
-  return std::min<int64_t>(opt_.batch_size, total_tasks_ - batch * opt_.batch_size);
+bool ImageLoader::take_task_ready() {
+  if (resetting_ || passes_.empty()) return false;
+  const int64_t ring = static_cast<int64_t>(slots_.size());
+  for (;;) {
+    const Pass& p = passes_[work_pass_];
+    if (next_task_ < p.total) return p.base + next_task_ / opt_.batch_size < released_ + ring;
+    if (work_pass_ + 1 < passes_.size()) {
+      ++work_pass_;
+      next_task_ = 0;
+      continue;
+    }
+    if (!opt_.train || passes_.size() >= 2) return false;  // evaluation; or already one epoch ahead
+    passes_.push_back(make_pass(p.epoch + 1, p.base + p.batches));
+  }
 }
 
 // ---- workers ----
@@ -161,26 +204,29 @@ void ImageLoader::worker_loop() {
   RgbImage img;
   const int64_t ring = static_cast<int64_t>(slots_.size());
   for (;;) {
-    int64_t task;
+    int64_t task, epoch;
+    Order order;
     Slot* slot;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] {
-        return stop_ || (next_task_ < total_tasks_ && next_task_ / opt_.batch_size < released_ + ring);
-      });
+      work_cv_.wait(lock, [&] { return stop_ || take_task_ready(); });
       if (stop_) return;
+      const Pass& p = passes_[work_pass_];
       task = next_task_++;
-      const int64_t batch = task / opt_.batch_size;
+      epoch = p.epoch;
+      order = p.order;
+      const int64_t batch = p.base + task / opt_.batch_size;
       slot = slots_[batch % ring].get();
       if (slot->batch != batch) {  // first task of this batch claims the slot
         slot->batch = batch;
         slot->done = 0;
-        slot->indices.assign(static_cast<size_t>(batch_size_of(batch)), -1);
+        const int64_t size = std::min<int64_t>(opt_.batch_size, p.total - task / opt_.batch_size * opt_.batch_size);
+        slot->indices.assign(static_cast<size_t>(size), -1);
       }
       ++in_flight_;
     }
     try {
-      process(task, *slot, file, img, jpeg);
+      process(task, epoch, *order, *slot, file, img, jpeg);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
@@ -194,15 +240,16 @@ void ImageLoader::worker_loop() {
   }
 }
 
-void ImageLoader::process(int64_t task, Slot& slot, std::vector<uint8_t>& file, RgbImage& img, JpegDecoder& jpeg) {
+void ImageLoader::process(int64_t task, int64_t epoch, const std::vector<int64_t>& order, Slot& slot,
+                          std::vector<uint8_t>& file, RgbImage& img, JpegDecoder& jpeg) {
   const int64_t pos = task % opt_.batch_size;
-  int64_t index = order_[static_cast<size_t>(task)];
+  int64_t index = order[static_cast<size_t>(task)];
   const int64_t S = opt_.image_size;
   uint8_t* dst = slot.images.data_ptr<uint8_t>() + pos * S * S * 3;
   // a bad file is reported once, counted, and replaced by a deterministic other sample
   for (int attempt = 0;; ++attempt) {
     try {
-      decode_sample(index, epoch_, dst, file, img, jpeg);
+      decode_sample(index, epoch, dst, file, img, jpeg);
       break;
     } catch (const Error& e) {
       {
@@ -336,7 +383,7 @@ bool ImageLoader::next(Batch& out) {
   int64_t size;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (cursor_ >= batches_per_epoch()) return false;
+    if (cursor_ >= base_ + batches_) return false;
     // the previous batch's slot can be refilled once its copy to the device finished
     if (cursor_ > released_) {
 #ifdef TRAINER_WITH_CUDA
@@ -349,7 +396,7 @@ bool ImageLoader::next(Batch& out) {
       released_ = cursor_;
       work_cv_.notify_all();
     }
-    size = batch_size_of(cursor_);
+    size = std::min<int64_t>(opt_.batch_size, total_ - (cursor_ - base_) * opt_.batch_size);
     slot = slots_[cursor_ % ring].get();
     const int64_t want = cursor_;
     done_cv_.wait(lock, [&] { return error_ || (slot->batch == want && slot->done == size); });

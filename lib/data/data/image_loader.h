@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,10 @@ Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, in
 // A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
 void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
 
+// Decode threads fill a ring of pinned batch slots. Training: once every task of an epoch is handed out, the
+// threads go on with the next epoch's first batches (the order and draws set_epoch(epoch + 1) gives), so no epoch
+// starts from an empty ring; set_epoch(epoch + 1) after the whole epoch was taken keeps them, any other call
+// starts over.
 class ImageLoader : public Loader {
  public:
   ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device);
@@ -71,7 +76,7 @@ class ImageLoader : public Loader {
 
   void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
-  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_.size()); }
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_->size()); }
   // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
@@ -81,11 +86,23 @@ class ImageLoader : public Loader {
 
  private:
   struct Slot;
+  using Order = std::shared_ptr<const std::vector<int64_t>>;
+  // One epoch's sample tasks. Batches are numbered across epochs (`base` is this epoch's first), so the ring's
+  // slots go on from one epoch into the next.
+  struct Pass {
+    int64_t epoch = 0;
+    Order order;
+    int64_t total = 0;    // samples made into batches (after drop_last)
+    int64_t batches = 0;
+    int64_t base = 0;     // the number of its batch 0
+  };
+  Pass make_pass(int64_t epoch, int64_t base) const;
+  bool take_task_ready();  // under mu_: a task can be handed out now (may go on into the next epoch)
   void worker_loop();
-  void process(int64_t task, Slot& slot, std::vector<uint8_t>& file, RgbImage& img, JpegDecoder& jpeg);
+  void process(int64_t task, int64_t epoch, const std::vector<int64_t>& order, Slot& slot, std::vector<uint8_t>& file,
+               RgbImage& img, JpegDecoder& jpeg);
   void decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std::vector<uint8_t>& file, RgbImage& img,
                      JpegDecoder& jpeg);
-  int64_t batch_size_of(int64_t batch) const;
 
   std::vector<ImageSample> samples_;
   ImageLoaderOptions opt_;
@@ -94,16 +111,24 @@ class ImageLoader : public Loader {
   std::vector<std::thread> threads_;
   torch::Tensor mean255_, inv_std255_;
 
+  // ---- the consumer's epoch (changed by set_epoch only) ----
+  Order order_;
+  int64_t epoch_ = 0;
+  int64_t total_ = 0;         // samples this epoch (after drop_last)
+  int64_t base_ = 0;          // the number of its first batch
+  int64_t batches_ = 0;
+
   // ---- shared state, guarded by mu_ ----
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
-  std::vector<int64_t> order_;
-  int64_t epoch_ = 0;
-  int64_t total_tasks_ = 0;   // samples this epoch (after drop_last)
-  int64_t next_task_ = 0;     // next sample task to hand out
+  // [0]: the consumer's epoch; [1]: the next one, once training workers have handed out all of [0]'s tasks
+  std::deque<Pass> passes_;
+  size_t work_pass_ = 0;      // the pass tasks are handed out from
+  int64_t next_task_ = 0;     // its next sample task
   int64_t released_ = 0;      // batches the consumer is done with (their slots are free)
   int64_t cursor_ = 0;        // next batch next() returns
   int64_t in_flight_ = 0;     // tasks being processed
+  bool resetting_ = false;    // set_epoch waits for the tasks in flight: none handed out meanwhile
   bool stop_ = false;
   std::exception_ptr error_;
   std::set<std::string> reported_bad_;
