@@ -395,11 +395,7 @@ void GpuImageLoader::stop() {
 
 GpuImageLoader::Pass GpuImageLoader::make_pass(int64_t epoch, int64_t start_batch) const {
   Pass p;
-  p.epoch = epoch;
-  p.order = std::make_shared<const std::vector<int64_t>>(epoch_indices(loader_shard(
-      static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank, opt_.world_size, opt_.train, opt_.drop_last)));
-  const int64_t n = static_cast<int64_t>(p.order->size());
-  p.total = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
+  static_cast<EpochPlan&>(p) = plan_epoch(opt_, static_cast<int64_t>(samples_.size()), epoch);
   p.cursor = std::min(p.total, start_batch * opt_.batch_size);
   return p;
 }
@@ -480,7 +476,7 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
         taken_ >= batches_per_epoch() && pass_.epoch == epoch) {
       epoch_ = epoch;
       order_ = pass_.order;
-      total_ = pass_.total;
+      batches_ = pass_.batches;
       taken_ = 0;
       cv_.notify_all();
       return;
@@ -493,15 +489,12 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   pass_ = make_pass(epoch, start_batch);
   epoch_ = epoch;
   order_ = pass_.order;
-  total_ = pass_.total;
+  batches_ = pass_.batches;
   taken_ = pass_.cursor / opt_.batch_size;
   start();
 }
 
-int64_t GpuImageLoader::batches_per_epoch() const {
-  const int64_t n = static_cast<int64_t>(order_->size());
-  return (opt_.train && opt_.drop_last) ? n / opt_.batch_size : (n + opt_.batch_size - 1) / opt_.batch_size;
-}
+int64_t GpuImageLoader::batches_per_epoch() const { return batches_; }
 
 Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* flip) const {
   return sample_window(opt_, index, epoch, w, h, flip);

@@ -122,11 +122,9 @@ class GpuImageLoader : public Loader {
   struct Pool;
   struct Ready;
   using Order = std::shared_ptr<const std::vector<int64_t>>;
-  // One epoch's pass of the producer: its sample order and the next sample it makes a batch from.
-  struct Pass {
-    int64_t epoch = 0;
-    Order order;
-    int64_t cursor = 0, total = 0;  // total: samples it makes batches of (after drop_last)
+  // One epoch's pass of the producer: its plan and the next sample it makes a batch from.
+  struct Pass : EpochPlan {
+    int64_t cursor = 0;
   };
   Pass make_pass(int64_t epoch, int64_t start_batch) const;
   void produce(const Pass& p, Batch& out, std::shared_ptr<void>& done_event);  // the batch at p.cursor, side stream
@@ -141,7 +139,7 @@ class GpuImageLoader : public Loader {
   std::unique_ptr<Pool> pool_;
   // the consumer's epoch (what next() hands out): its order, samples, and batches taken so far
   Order order_;
-  int64_t epoch_ = 0, total_ = 0, taken_ = 0;
+  int64_t epoch_ = 0, batches_ = 0, taken_ = 0;
   GpuResizeOutput normalized_;           // what the resize kernel does when nothing runs between it and normalising
   torch::Tensor mean255_, inv_std255_;  // the same figures on the device, for the unfused path
   // ---- producer thread and its queue, guarded by mu_ ----

@@ -126,14 +126,20 @@ ImageLoader::~ImageLoader() {
     for (size_t i = 0; i < samples_.size(); ++i) delete cache_[i].load();
 }
 
+EpochPlan plan_epoch(const ImageLoaderOptions& o, int64_t dataset_size, int64_t epoch) {
+  EpochPlan p;
+  p.epoch = epoch;
+  p.order = std::make_shared<const std::vector<int64_t>>(
+      epoch_indices(loader_shard(dataset_size, o.seed, epoch, o.rank, o.world_size, o.train, o.drop_last)));
+  const int64_t n = static_cast<int64_t>(p.order->size());
+  p.total = (o.train && o.drop_last) ? n / o.batch_size * o.batch_size : n;
+  p.batches = (p.total + o.batch_size - 1) / o.batch_size;
+  return p;
+}
+
 ImageLoader::Pass ImageLoader::make_pass(int64_t epoch, int64_t base) const {
   Pass p;
-  p.epoch = epoch;
-  p.order = std::make_shared<const std::vector<int64_t>>(epoch_indices(loader_shard(
-      static_cast<int64_t>(samples_.size()), opt_.seed, epoch, opt_.rank, opt_.world_size, opt_.train, opt_.drop_last)));
-  const int64_t n = static_cast<int64_t>(p.order->size());
-  p.total = (opt_.train && opt_.drop_last) ? n / opt_.batch_size * opt_.batch_size : n;
-  p.batches = (p.total + opt_.batch_size - 1) / opt_.batch_size;
+  static_cast<EpochPlan&>(p) = plan_epoch(opt_, static_cast<int64_t>(samples_.size()), epoch);
   p.base = base;
   return p;
 }

@@ -60,6 +60,15 @@ struct StageTotals {
 // flip drawn from (seed, epoch, index) when training, the centre crop otherwise. Both image loaders use it.
 Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, int w, int h, bool* flip);
 
+// One epoch of an image loader: this rank's sample order (shuffled by (seed, epoch) when training), the samples
+// made into batches (after drop_last) and how many batches. Both image loaders plan epochs with it.
+struct EpochPlan {
+  int64_t epoch = 0;
+  std::shared_ptr<const std::vector<int64_t>> order;
+  int64_t total = 0, batches = 0;
+};
+EpochPlan plan_epoch(const ImageLoaderOptions& o, int64_t dataset_size, int64_t epoch);
+
 // A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
 void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
 
@@ -89,12 +98,8 @@ class ImageLoader : public Loader {
   using Order = std::shared_ptr<const std::vector<int64_t>>;
   // One epoch's sample tasks. Batches are numbered across epochs (`base` is this epoch's first), so the ring's
   // slots go on from one epoch into the next.
-  struct Pass {
-    int64_t epoch = 0;
-    Order order;
-    int64_t total = 0;    // samples made into batches (after drop_last)
-    int64_t batches = 0;
-    int64_t base = 0;     // the number of its batch 0
+  struct Pass : EpochPlan {
+    int64_t base = 0;  // the number of its batch 0
   };
   Pass make_pass(int64_t epoch, int64_t base) const;
   bool take_task_ready();  // under mu_: a task can be handed out now (may go on into the next epoch)
