@@ -21,6 +21,23 @@ cd "$root"
 mkdir -p "$out"
 source .gpu-deps/install-debs.sh > /dev/null
 T=build/apps/trainer/trainer
+# the ImageNet-like JPEG set (made once per host) and the folder for JSON results
+jpeg_set() {
+  [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
+    --train 4000 --val 500 > "$out/dataset.txt"
+  mkdir -p "$out/bench"
+}
+# both torch DataLoader baselines on the set, 16 workers: uint8 out (normalised on the GPU), and torchvision's
+# ToTensor + Normalize in the workers
+dataloaders() {
+  for norm in "" --normalize-in-workers; do
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
+      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
+  done
+}
+# one `trainer bench` run named $1: the phase's e2e=(...) arguments, then the rest
+erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
+  | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
 case "$phase" in
   build)
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1
@@ -48,9 +65,7 @@ case "$phase" in
     ;;
   shards)  # pack the JPEG set into tar shards (as is, and shrunk to 320 px), bench-data from folder / shards /
            # with device augmentations, the torch DataLoader in the same call, ResNet-50 end to end from shards
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     TIMEFORMAT="%R s wall"
     { time $T pack --src data/imagenet_like/train --out data/shards/train;
       time $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320; } > "$out/pack.txt" 2>&1
@@ -72,9 +87,7 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_synthetic_trainer.json" 2>&1 | grep "bench resnet50"
     ;;
   gpudecode)  # data.decode gpu (nvJPEG) against the CPU pipeline in the same call, and ResNet-50 end to end
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
     $T bench-data "${common[@]}" --out "$out/bench/data_cpu.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set data.workers=4 --out "$out/bench/data_cpu_4threads.json" 2>&1 | grep bench-data
@@ -94,9 +107,7 @@ case "$phase" in
       --out "$out/bench/resnet50_bf16_synthetic.json" 2>&1 | grep "bench resnet50"
     ;;
   gpucrop)  # data.crop_decode on the GPU path (nvJPEG regions) against whole-image decode, in one call
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=${STEPS:-100})
     gpu=("${common[@]}" --set data.decode=gpu --set data.workers=4)
     run() { local name=$1; shift; "$@" --out "$out/bench/$name.json" 2>&1 | grep -E "bench-data|error" | sed "s/^/$name: /"; }
@@ -108,13 +119,8 @@ case "$phase" in
       run data_cpu_$rep $T bench-data "${common[@]}" --set bench.steps=40
       run data_cpu_16threads_$rep $T bench-data "${common[@]}" --set bench.steps=40 --set data.workers=16
     done
-    for norm in "" --normalize-in-workers; do
-      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
-        --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
-    done
+    dataloaders
     e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=10 --set bench.steps=45)
-    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
-      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
     dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
     for rep in 1 2; do
       erun resnet50_bf16_synthetic_$rep
@@ -124,12 +130,8 @@ case "$phase" in
     ;;
   e2e100)  # ResNet-50 bf16 end to end, 100 timed steps, three interleaved repeats: synthetic, GPU decode (4 read
             # threads), CPU decode (cores - 2 threads)
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
-      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
     for rep in 1 2 3; do
       erun resnet50_bf16_synthetic_$rep
       erun resnet50_bf16_pipeline_gpudecode_$rep --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
@@ -138,27 +140,18 @@ case "$phase" in
     ;;
   issue9)  # the GPU decode issue's figures in one call: the pipeline alone (GPU decode, 4 threads) against both
             # DataLoader baselines, then e2e100 (ResNet-50 end to end against synthetic data)
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     gpu=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=100 --set data.decode=gpu --set data.workers=4)
     for rep in 1 2 3; do
       $T bench-data "${gpu[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
     done
-    for norm in "" --normalize-in-workers; do
-      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
-        --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
-    done
+    dataloaders
     bash "$root/scripts/offline/host-session.sh" e2e100 "$out"
     ;;
   graph)  # train.cuda_graph fed by the JPEG pipeline: ResNet-50 end to end, eager and captured, synthetic and GPU
           # decode (4 threads), interleaved
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
-      | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
     dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
     for rep in 1 2; do
       erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
@@ -169,8 +162,7 @@ case "$phase" in
     erun resnet50_bf16_graph_cpudecode --set train.cuda_graph=true --set bench.data=pipeline
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
+    jpeg_set
     for mode in gpu cpu; do
       $T --config configs/imagenet_like.yaml --set data.decode=$mode --set data.workers=$([ $mode = gpu ] && echo 4 || echo 14) \
         --set train.epochs=3 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
@@ -186,9 +178,7 @@ case "$phase" in
     ;;
   autoaug)  # RandAugment / TrivialAugmentWide: the pipeline alone (CPU and GPU decode) with and without, and the
             # torch DataLoader with torchvision's RandAugment in the same call; ResNet-50 end to end with RandAugment
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
     for aa in none rand trivial; do
       $T bench-data "${common[@]}" --set data.auto_augment=$aa --out "$out/bench/data_cpu_$aa.json" 2>&1 | grep bench-data
@@ -208,8 +198,7 @@ case "$phase" in
     ;;
   interp)  # train with trainer's resize, evaluate the same weights with trainer's and with torchvision's (PIL);
             # short runs too, so top-1 is not saturated on this 12-class set
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
+    jpeg_set
     for ep in ${EPOCHS:-2 4 30}; do
       $T --config configs/imagenet_like.yaml --set model.name=resnet18 --set train.epochs=$ep \
         --set run.out_dir="$out/runs_$ep" > "$out/interp_train_$ep.log" 2>&1 || tail -20 "$out/interp_train_$ep.log"
@@ -223,9 +212,7 @@ case "$phase" in
     done
     ;;
   pipeline)  # the pipeline alone, every path, with the torch DataLoader in the same call
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
-    mkdir -p "$out/bench"
+    jpeg_set
     $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320 > "$out/pack.txt" 2>&1
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
     python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
@@ -265,8 +252,7 @@ case "$phase" in
       | grep -E "done in|trained|error|warn"
     ;;
   obs)
-    [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
-      --train 4000 --val 500 > "$out/dataset.txt"
+    jpeg_set
     $T --config configs/imagenet_like.yaml --set run.out_dir="$out/obs" --set train.epochs=3 --set run.log_interval=5 \
       --profile 30:32 > "$out/obs.log" 2>&1 || tail -20 "$out/obs.log"
     grep -E "step (10|40) |done in|bound|profiler" "$out/obs.log"
