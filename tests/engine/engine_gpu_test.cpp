@@ -36,6 +36,19 @@ Config gpu_config(const std::string& model, const std::string& precision) {
   return c;
 }
 
+// dir/set/c<k>/<i>.jpg: `classes` x `per_class` copies of the fixture JPEGs (baseline, EXIF, odd size in turn)
+ImageList jpeg_folder(test::TempDir& dir, int classes, int per_class) {
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg"};
+  for (int c = 0; c < classes; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    for (int i = 0; i < per_class; ++i)
+      test::write_file(d + "/" + std::to_string(i) + ".jpg", test::read_file(fx + "/" + src[(i + c) % 3]));
+  }
+  return scan_image_folder(dir.file("set"));
+}
+
 void train_a_few_steps(const Config& c) {
   RunContext ctx;
   ctx.device = torch::Device(torch::kCUDA, 0);
@@ -142,16 +155,8 @@ TEST_P(CudaGraph, ReplayedStepMatchesEagerStep) {
 // H200 in session 6: "operation failed due to a previous error during capture").
 TEST(Gpu, CudaGraphCapturesWhileALoaderWorks) {
   REQUIRE_GPU();
-  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
   test::TempDir dir;
-  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg"};
-  for (int c = 0; c < 2; ++c) {
-    const std::string d = dir.file("set/c" + std::to_string(c));
-    fs::make_dirs(d);
-    for (int i = 0; i < 12; ++i)
-      test::write_file(d + "/" + std::to_string(i) + ".jpg", test::read_file(fx + "/" + src[(i + c) % 3]));
-  }
-  const auto list = scan_image_folder(dir.file("set"));
+  const auto list = jpeg_folder(dir, 2, 12);
   torch::Device dev(torch::kCUDA, 0);
   for (const bool gpu_decode : {false, true}) {
     if (gpu_decode && !gpu_decode_available()) {
@@ -500,16 +505,8 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
 // that resumes mid-epoch, starts over and gives the same. Prefetch deeper than an epoch: at most one epoch ahead.
 TEST(GpuDecode, LoaderGoesOnIntoTheNextEpochAsSetEpochWould) {
   REQUIRE_NVJPEG();
-  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
   test::TempDir dir;
-  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg"};
-  for (int c = 0; c < 3; ++c) {
-    const std::string d = dir.file("set/c" + std::to_string(c));
-    fs::make_dirs(d);
-    for (int i = 0; i < 6; ++i)
-      test::write_file(d + "/" + std::to_string(i) + ".jpg", test::read_file(fx + "/" + src[(i + c) % 3]));
-  }
-  const auto list = scan_image_folder(dir.file("set"));
+  const auto list = jpeg_folder(dir, 3, 6);
   torch::Device dev(torch::kCUDA, 0);
   ImageLoaderOptions o;
   o.batch_size = 4;  // 18 samples: 4 batches an epoch (drop_last)
