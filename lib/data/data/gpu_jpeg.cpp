@@ -346,6 +346,7 @@ struct GpuImageLoader::Pool {
   std::future<Read> pending;
   int64_t pending_epoch = -1, pending_cursor = -1;
   Read batch;  // the batch being decoded (alive until the next batch)
+  Pass following;  // the next epoch's pass, planned once by the producer (read ahead into, then gone on with)
 };
 
 GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
@@ -400,6 +401,12 @@ GpuImageLoader::Pass GpuImageLoader::make_pass(int64_t epoch, int64_t start_batc
   return p;
 }
 
+const GpuImageLoader::Pass& GpuImageLoader::following(int64_t epoch) {
+  Pass& f = pool_->following;
+  if (!f.order || f.epoch != epoch + 1) f = make_pass(epoch + 1, 0);
+  return f;
+}
+
 void GpuImageLoader::loop() {
 #ifdef TRAINER_WITH_NVJPEG
   c10::cuda::CUDAGuard device_guard(device_.index());
@@ -422,7 +429,7 @@ void GpuImageLoader::loop() {
           cv_.wait(lock, [&] { return stop_ || pass_.epoch == epoch_; });
           if (stop_) return;
         }
-        Pass next = make_pass(p.epoch + 1, 0);
+        Pass next = following(p.epoch);
         std::lock_guard<std::mutex> lock(mu_);
         pass_ = std::move(next);
         continue;
@@ -554,7 +561,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
   // read the next batch while this one decodes: of this epoch, or (training) the first of the next
   Pass ahead = p;
   ahead.cursor += B;
-  if (ahead.cursor >= ahead.total && opt_.train) ahead = make_pass(p.epoch + 1, 0);
+  if (ahead.cursor >= ahead.total && opt_.train) ahead = following(p.epoch);
   if (ahead.cursor < ahead.total) {
     pool_->pending_epoch = ahead.epoch;
     pool_->pending_cursor = ahead.cursor;

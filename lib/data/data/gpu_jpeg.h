@@ -127,6 +127,7 @@ class GpuImageLoader : public Loader {
     int64_t cursor = 0;
   };
   Pass make_pass(int64_t epoch, int64_t start_batch) const;
+  const Pass& following(int64_t epoch);  // producer thread: the pass of epoch + 1 from its start, planned once
   void produce(const Pass& p, Batch& out, std::shared_ptr<void>& done_event);  // the batch at p.cursor, side stream
   void start();
   void stop();
