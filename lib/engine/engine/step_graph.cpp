@@ -31,7 +31,9 @@ void StepGraph::capture(const torch::Tensor& images, const torch::Tensor& target
   images_ = images.clone(at::MemoryFormat::Preserve);
   targets_ = targets.clone();
   const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream(images.device().index());
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, images.device().index());
+  // captured on a stream of the main stream's priority: the graph's kernels keep it when replayed
+  const c10::cuda::CUDAStream side =
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/main.priority() < 0, images.device().index());
   at::cuda::CUDAEvent ready;
   ready.record(main);
   ready.block(side);
