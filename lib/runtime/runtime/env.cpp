@@ -8,9 +8,7 @@
 
 #ifdef TRAINER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <cstdlib>
 namespace torch::cuda::nccl {
 std::uint64_t version();  // libtorch_cuda (torch/csrc/cuda/nccl.h, which drags in nccl.h)
 }
@@ -113,17 +111,6 @@ void set_determinism(bool deterministic, bool cudnn_benchmark) {
 
 void synchronize(torch::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
-void train_on_high_priority_stream(torch::Device device) {
-#ifdef TRAINER_WITH_CUDA
-  if (!device.is_cuda()) return;
-  if (std::getenv("TRAINER_AB_NORMAL_PRIORITY")) return;  // temporary A/B switch (bench run26)
-  torch::cuda::synchronize(device.index());  // what was queued on the old stream is done before the new one runs
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index()));
-#else
-  (void)device;
-#endif
 }
 
 GpuMemory gpu_memory(torch::Device device) {

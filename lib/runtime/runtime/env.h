@@ -48,10 +48,6 @@ struct GpuMemory {
 };
 // Waits for all work on `device` (no-op on CPU). Not for the hot loop.
 void synchronize(torch::Device device);
-// Makes this thread's current stream on `device` a high-priority one (after waiting for what was queued before),
-// so the SMs take the training step's kernels before the input pipeline's (its side streams are of normal
-// priority). No-op on CPU.
-void train_on_high_priority_stream(torch::Device device);
 GpuMemory gpu_memory(torch::Device device);  // zeros on CPU
 void reset_peak_memory(torch::Device device);
 
