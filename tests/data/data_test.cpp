@@ -832,55 +832,6 @@ TEST(Cifar, PlanarRecordsBecomeHwcImagesWithLabels) {
   }
 }
 
-// JPEG's planes as the GPU path takes them (DeviceImage without RGB): JFIF's full-range YCbCr -> RGB, rounded and
-// clamped, each chroma sample covering its 2^shift_x x 2^shift_y luma pixels (odd sizes: the last one partly);
-// greyscale is luma in all three channels; the crop-resize of planes equals that of their RGB.
-TEST(CropResize, PlanesConvertAsJfifWithChromaReplicated) {
-  torch::manual_seed(9);
-  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
-  DeviceImage im;
-  im.y = torch::randint(0, 256, {7, 9}, u8);
-  im.cb = torch::randint(0, 256, {4, 5}, u8);  // 4:2:0 of 9 x 7
-  im.cr = torch::randint(0, 256, {4, 5}, u8);
-  im.shift_x = im.shift_y = 1;
-  im.cb[1][2] = 128;  // neutral chroma at luma rows 2-3, columns 4-5
-  im.cr[1][2] = 128;
-  im.cr[3][4] = 255;  // strong red at the last (partial) chroma sample: luma (6, 8)
-  im.cb[3][4] = 128;
-  im.y[6][8] = 200;
-  const torch::Tensor rgb = im.to_rgb();
-  ASSERT_EQ(rgb.sizes(), (std::vector<int64_t>{7, 9, 3}));
-  ASSERT_EQ(rgb.scalar_type(), torch::kUInt8);
-  for (int y = 2; y <= 3; ++y)
-    for (int x = 4; x <= 5; ++x)
-      for (int c = 0; c < 3; ++c) EXPECT_EQ(rgb[y][x][c].item<int>(), im.y[y][x].item<int>()) << y << "," << x;
-  EXPECT_EQ(rgb[6][8][0].item<int>(), 255);  // 200 + 1.402 * 127 clamped
-  EXPECT_EQ(rgb[6][8][1].item<int>(), 109);  // 200 - 0.714136 * 127 = 109.3
-  EXPECT_EQ(rgb[6][8][2].item<int>(), 200);
-  for (int y = 0; y < 7; ++y)
-    for (int x = 0; x < 9; ++x) {
-      const double Y = im.y[y][x].item<double>(), Cb = im.cb[y / 2][x / 2].item<double>() - 128,
-                   Cr = im.cr[y / 2][x / 2].item<double>() - 128;
-      const double want[3] = {Y + 1.402 * Cr, Y - 0.344136 * Cb - 0.714136 * Cr, Y + 1.772 * Cb};
-      for (int c = 0; c < 3; ++c)
-        ASSERT_NEAR(rgb[y][x][c].item<double>(), std::min(255.0, std::max(0.0, want[c])), 0.5001)
-            << "pixel " << y << "," << x << " channel " << c;
-    }
-  DeviceImage grey;
-  grey.y = im.y;
-  const torch::Tensor g = grey.to_rgb();
-  for (int c = 0; c < 3; ++c) EXPECT_TRUE(torch::equal(g.select(2, c), im.y));
-  const std::vector<Rect> windows = {{1, 0, 7, 6}, {0, 1, 9, 5}};
-  const std::vector<char> flips = {1, 0};
-  const torch::Tensor from_planes = gpu_crop_resize({im, grey}, windows, flips, 4, /*batched_kernel=*/false);
-  const torch::Tensor from_rgb = gpu_crop_resize({rgb, g}, windows, flips, 4, false);
-  EXPECT_TRUE(torch::equal(from_planes, from_rgb));
-  DeviceImage bad = im;
-  bad.cb = torch::zeros({3, 5}, u8);  // a 4:2:0 chroma plane one row short
-  bad.cr = bad.cb;
-  EXPECT_THROW(gpu_crop_resize({bad}, {windows[0]}, {0}, 4, false), Error);
-}
-
 // The GPU path's crop-resize without its CUDA kernel (ATen per sample; what builds without nvcc run), here on
 // CPU tensors: a strided (planar) view of an image gives what the contiguous image gives, and folding the
 // normalisation and channels_last into the call equals normalising the plain output.

@@ -35,28 +35,9 @@
 
 namespace trainer {
 
-namespace {
-int64_t ceil_shift(int64_t v, int s) { return (v + (int64_t{1} << s) - 1) >> s; }  // ceil(v / 2^s)
-}  // namespace
 
 #ifdef TRAINER_WITH_NVJPEG
 bool gpu_decode_available() { return true; }
-
-namespace {
-// log2 of a subsampling's chroma factors; false where planes are not offered (4:1:0 vertical, unknown layouts)
-bool chroma_shifts(int ss, int* sx, int* sy) {
-  switch (ss) {
-    case NVJPEG_CSS_444: *sx = 0; *sy = 0; return true;
-    case NVJPEG_CSS_422: *sx = 1; *sy = 0; return true;
-    case NVJPEG_CSS_420: *sx = 1; *sy = 1; return true;
-    case NVJPEG_CSS_440: *sx = 0; *sy = 1; return true;
-    case NVJPEG_CSS_411: *sx = 2; *sy = 0; return true;
-    case NVJPEG_CSS_410: *sx = 2; *sy = 1; return true;
-    case NVJPEG_CSS_GRAY: *sx = 0; *sy = 0; return true;
-    default: return false;
-  }
-}
-}  // namespace
 
 #define TRAINER_NVJPEG(call, what)                                                                  \
   do {                                                                                              \
@@ -73,8 +54,8 @@ struct GpuJpegDecoder::Impl {
   std::vector<nvjpegDecodeParams_t> params[2];  // per image of a batch with regions, per state
   int turn = 0;
   bool hardware = false;
-  // interleaved RGB (planar RGB was measured too, run20: no faster, end to end or alone), or YCbCr planes
-  nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
+  // interleaved RGB (planar output was measured too, run20: no faster, end to end or alone)
+  const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
   std::mutex parse_mu;                          // inspect() calls, one at a time
   std::vector<nvjpegJpegStream_t> parsers;      // one bitstream parser per inspecting thread
   std::vector<nvjpegDecodeParams_t> checks;     // and its region for the engines' support check
@@ -87,10 +68,8 @@ struct GpuJpegDecoder::Impl {
   }
 };
 
-GpuJpegDecoder::GpuJpegDecoder(torch::Device device, Output output)
-    : impl_(std::make_unique<Impl>()), device_(device) {
+GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Impl>()), device_(device) {
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs a CUDA device");
-  impl_->format = output == Output::planes ? NVJPEG_OUTPUT_YUV : NVJPEG_OUTPUT_RGBI;
   c10::cuda::CUDAGuard guard(device.index());
   if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
     impl_->hardware = true;
@@ -149,21 +128,11 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
     int w[NVJPEG_MAX_COMPONENT] = {0}, h[NVJPEG_MAX_COMPONENT] = {0};
     if (nvjpegGetImageInfo(impl_->handle, p, n, &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS) return;
     if ((comps != 1 && comps != 3) || w[0] <= 0 || h[0] <= 0 || int64_t(w[0]) * h[0] > kMaxImagePixels) return;
-    const bool planes = impl_->format == NVJPEG_OUTPUT_YUV;
-    int sx = 0, sy = 0;
-    if (planes && !chroma_shifts(ss, &sx, &sy)) return;
     Rect roi;
     if (impl_->hardware) {
       nvjpegJpegStream_t parser = impl_->parsers[static_cast<size_t>(worker)];
       if (nvjpegJpegStreamParseHeader(impl_->handle, p, n, parser) != NVJPEG_STATUS_SUCCESS) return;
       if (roi_of) roi = roi_of(static_cast<size_t>(i), w[0], h[0]);
-      if (planes && roi.w > 0 && roi.h > 0) {  // whole MCUs: the region's chroma starts on a chroma sample
-        const int mw = 8 << sx, mh = 8 << sy;
-        const int x0 = roi.x / mw * mw, y0 = roi.y / mh * mh;
-        const int x1 = std::min((roi.x + roi.w + mw - 1) / mw * mw, w[0]);
-        const int y1 = std::min((roi.y + roi.h + mh - 1) / mh * mh, h[0]);
-        roi = Rect{x0, y0, x1 - x0, y1 - y0};
-      }
       const bool part = roi.w > 0 && roi.h > 0 && !(roi.x == 0 && roi.y == 0 && roi.w == w[0] && roi.h == h[0]);
       int unsupported = 1;
       if (part) {  // the engines' word on this region; where they refuse it, the whole image
@@ -185,10 +154,9 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
   return info;
 }
 
-std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info) {
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info) {
   TRAINER_CHECK(info.size() == files.size(), "GpuJpegDecoder::decode: one info per file");
-  std::vector<DeviceImage> out(files.size());
-  const bool planes = impl_->format == NVJPEG_OUTPUT_YUV;
+  std::vector<torch::Tensor> out(files.size());
   // submission order: alike files together (chroma subsampling, then size), as the engines prefer
   std::vector<size_t> which;
   bool regions = false;
@@ -216,22 +184,8 @@ std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::v
     const Rect& r = info[i].roi;
     return r.w > 0 ? std::make_pair(r.w, r.h) : std::make_pair(info[i].width, info[i].height);
   };
-  // planes: luma, then the two chroma planes at the file's subsampling (a greyscale file gets full-size ones the
-  // decoder may fill, unused)
-  auto chroma_dims = [&](size_t i) {
-    int sx = 0, sy = 0;
-    chroma_shifts(info[i].chroma, &sx, &sy);
-    const auto [w, h] = dims(i);
-    return std::make_tuple(ceil_shift(w, sx), ceil_shift(h, sy), sx, sy);
-  };
-  auto bytes_of = [&](size_t i) {
-    const int64_t luma = int64_t(dims(i).first) * dims(i).second;
-    if (!planes) return luma * 3;
-    const auto [cw, ch, sx, sy] = chroma_dims(i);
-    return luma + 2 * cw * ch;
-  };
   int64_t total = 0;
-  for (size_t i : which) total += bytes_of(i);
+  for (size_t i : which) total += int64_t(dims(i).first) * dims(i).second * 3;
   const torch::Tensor buffer = torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
   int64_t offset = 0;
   for (size_t j = 0; j < which.size(); ++j) {
@@ -239,30 +193,12 @@ std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::v
     const Rect& r = info[i].roi;
     const bool part = r.w > 0;
     const auto [w, h] = dims(i);
-    const torch::Tensor bytes = buffer.narrow(0, offset, bytes_of(i));
-    offset += bytes_of(i);
+    const torch::Tensor bytes = buffer.narrow(0, offset, int64_t(w) * h * 3);
+    offset += int64_t(w) * h * 3;
+    torch::Tensor t = bytes.view({h, w, 3});
     nvjpegImage_t img{};
-    if (planes) {
-      const auto [cw, ch, sx, sy] = chroma_dims(i);
-      DeviceImage d;
-      d.y = bytes.narrow(0, 0, int64_t(w) * h).view({h, w});
-      d.cb = bytes.narrow(0, int64_t(w) * h, cw * ch).view({ch, cw});
-      d.cr = bytes.narrow(0, int64_t(w) * h + cw * ch, cw * ch).view({ch, cw});
-      d.shift_x = sx;
-      d.shift_y = sy;
-      for (int c = 0; c < 3; ++c) {
-        const torch::Tensor& plane = c == 0 ? d.y : c == 1 ? d.cb : d.cr;
-        img.channel[c] = plane.data_ptr<uint8_t>();
-        img.pitch[c] = static_cast<size_t>(plane.size(1));
-      }
-      if (info[i].chroma == NVJPEG_CSS_GRAY) d.cb = d.cr = torch::Tensor();
-      out[i] = d;
-    } else {
-      torch::Tensor t = bytes.view({h, w, 3});
-      img.channel[0] = t.data_ptr<uint8_t>();
-      img.pitch[0] = static_cast<size_t>(w) * 3;
-      out[i] = DeviceImage(t);
-    }
+    img.channel[0] = t.data_ptr<uint8_t>();
+    img.pitch[0] = static_cast<size_t>(w) * 3;
     data.push_back(files[i].first);
     lengths.push_back(files[i].second);
     dst.push_back(img);
@@ -270,6 +206,7 @@ std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::v
       TRAINER_NVJPEG(part ? nvjpegDecodeParamsSetROI(params[j], r.x, r.y, r.w, r.h)
                           : nvjpegDecodeParamsSetROI(params[j], 0, 0, -1, -1),
                      "set region");
+    out[i] = t;
   }
   const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
   TRAINER_CHECK(cudaEventSynchronize(impl_->done[k]) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
@@ -283,7 +220,7 @@ std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::v
          NVJPEG_STATUS_SUCCESS;
   cudaEventRecord(impl_->done[k], s);
   if (!ok) {  // one bad bitstream fails the batch: everything goes to the CPU decoder
-    for (size_t i : which) out[i] = DeviceImage();
+    for (size_t i : which) out[i] = torch::Tensor();
   }
   return out;
 }
@@ -291,7 +228,7 @@ std::vector<DeviceImage> GpuJpegDecoder::decode(const Files& files, const std::v
 #else
 bool gpu_decode_available() { return false; }
 struct GpuJpegDecoder::Impl {};
-GpuJpegDecoder::GpuJpegDecoder(torch::Device device, Output) : device_(device) {
+GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : device_(device) {
   TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG (install the CUDA toolkit's nvJPEG or the "
                "nvidia-nvjpeg wheel and rebuild)");
 }
@@ -299,7 +236,7 @@ GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
 std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int, const RoiFn&) { return {}; }
 void GpuJpegDecoder::preallocate(int) {}
-std::vector<DeviceImage> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&) { return {}; }
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&) { return {}; }
 #endif
 
 // ---- crop + resize + flip of a batch ----
@@ -325,58 +262,22 @@ bool gpu_crop_resize_kernel_available() {
 #endif
 }
 
-torch::Tensor DeviceImage::to_rgb() const {
-  if (rgb.defined() || !y.defined()) return rgb;
-  const torch::Tensor luma = y.to(torch::kFloat32);
-  if (!cb.defined()) return y.unsqueeze(2).expand({y.size(0), y.size(1), 3}).contiguous();
-  auto full = [&](const torch::Tensor& c) {  // chroma replicated over its subsampled pixels, minus 128
-    return c.to(torch::kFloat32)
-        .repeat_interleave(int64_t{1} << shift_y, 0)
-        .repeat_interleave(int64_t{1} << shift_x, 1)
-        .narrow(0, 0, y.size(0))
-        .narrow(1, 0, y.size(1))
-        .sub(128.f);
-  };
-  const torch::Tensor b_ = full(cb), r_ = full(cr);
-  // the kernel's arithmetic: each product and sum rounded on its own, then rounded half to even and clamped
-  const torch::Tensor r = luma + r_ * 1.402f;
-  const torch::Tensor g = luma - b_ * 0.344136f - r_ * 0.714136f;
-  const torch::Tensor b = luma + b_ * 1.772f;
-  return torch::stack({r, g, b}, 2).round().clamp(0, 255).to(torch::kUInt8);
-}
-
-torch::Tensor gpu_crop_resize(const std::vector<DeviceImage>& images, const std::vector<Rect>& windows,
+torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
                               const std::vector<char>& flips, int64_t size, bool batched_kernel,
                               const GpuResizeOutput& norm) {
   TRAINER_CHECK(!images.empty() && images.size() == windows.size() && images.size() == flips.size(),
                 "gpu_crop_resize: one window and one flip per image");
   const int64_t B = static_cast<int64_t>(images.size());
-  const torch::Device device = images[0].defined() ? (images[0].rgb.defined() ? images[0].rgb : images[0].y).device()
-                                                   : torch::Device(torch::kCPU);
+  const torch::Device device = images[0].device();
   for (size_t i = 0; i < images.size(); ++i) {
-    const DeviceImage& im = images[i];
+    const torch::Tensor& t = images[i];
     const Rect& r = windows[i];
-    if (im.rgb.defined()) {
-      const torch::Tensor& t = im.rgb;
-      TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8 && t.stride(0) > 0 &&
-                        t.stride(1) > 0 && t.stride(2) > 0 && t.device() == device,
-                    "gpu_crop_resize: image ", i, " is not an (H, W, 3) uint8 tensor on ", device.str());
-    } else {
-      TRAINER_CHECK(im.y.defined() && im.y.dim() == 2 && im.y.scalar_type() == torch::kUInt8 && im.y.is_contiguous() &&
-                        im.y.device() == device,
-                    "gpu_crop_resize: image ", i, " has neither RGB nor a contiguous uint8 luma plane on ", device.str());
-      TRAINER_CHECK(im.cb.defined() == im.cr.defined(), "gpu_crop_resize: image ", i, " has one chroma plane");
-      if (im.cb.defined())
-        for (const torch::Tensor* c : {&im.cb, &im.cr})
-          TRAINER_CHECK(c->dim() == 2 && c->is_contiguous() && c->scalar_type() == torch::kUInt8 &&
-                            c->size(0) == ceil_shift(im.y.size(0), im.shift_y) &&
-                            c->size(1) == ceil_shift(im.y.size(1), im.shift_x) && c->stride(0) == im.cb.stride(0),
-                        "gpu_crop_resize: image ", i, "'s chroma planes are not ", im.y.size(1), "x", im.y.size(0),
-                        " subsampled by 2^", im.shift_x, " x 2^", im.shift_y);
-    }
-    TRAINER_CHECK(r.w > 0 && r.h > 0 && r.x >= 0 && r.y >= 0 && r.x + r.w <= im.width() && r.y + r.h <= im.height(),
+    TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8 && t.stride(0) > 0 &&
+                      t.stride(1) > 0 && t.stride(2) > 0 && t.device() == device,
+                  "gpu_crop_resize: image ", i, " is not an (H, W, 3) uint8 tensor on ", device.str());
+    TRAINER_CHECK(r.w > 0 && r.h > 0 && r.x >= 0 && r.y >= 0 && r.x + r.w <= t.size(1) && r.y + r.h <= t.size(0),
                   "gpu_crop_resize: window ", r.x, ",", r.y, " ", r.w, "x", r.h, " of image ", i, " is outside its ",
-                  im.width(), "x", im.height(), " pixels");
+                  t.size(1), "x", t.size(0), " pixels");
   }
   const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   torch::Tensor x = torch::empty({B, 3, size, size},
@@ -386,24 +287,10 @@ torch::Tensor gpu_crop_resize(const std::vector<DeviceImage>& images, const std:
     TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
     std::vector<CropResizeJob> jobs(static_cast<size_t>(B));
     for (size_t i = 0; i < jobs.size(); ++i) {
-      const DeviceImage& im = images[i];
-      if (im.rgb.defined()) {
-        jobs[i].src = im.rgb.data_ptr<uint8_t>();
-        jobs[i].pitch = im.rgb.stride(0);
-        jobs[i].pixel_step = static_cast<int32_t>(im.rgb.stride(1));
-        jobs[i].channel_step = im.rgb.stride(2);
-      } else {
-        jobs[i].src = im.y.data_ptr<uint8_t>();
-        jobs[i].pitch = im.y.stride(0);
-        jobs[i].source = im.cb.defined() ? kSourceYCbCr : kSourceGrey;
-        if (im.cb.defined()) {
-          jobs[i].cb = im.cb.data_ptr<uint8_t>();
-          jobs[i].cr = im.cr.data_ptr<uint8_t>();
-          jobs[i].chroma_pitch = im.cb.stride(0);
-          jobs[i].shift_x = im.shift_x;
-          jobs[i].shift_y = im.shift_y;
-        }
-      }
+      jobs[i].src = images[i].data_ptr<uint8_t>();
+      jobs[i].pitch = images[i].stride(0);
+      jobs[i].pixel_step = static_cast<int32_t>(images[i].stride(1));
+      jobs[i].channel_step = images[i].stride(2);
       jobs[i].x = windows[i].x;
       jobs[i].y = windows[i].y;
       jobs[i].w = windows[i].w;
@@ -431,7 +318,7 @@ torch::Tensor gpu_crop_resize(const std::vector<DeviceImage>& images, const std:
   TRAINER_CHECK(!batched_kernel, "gpu_crop_resize: this build has no CUDA kernels of its own (nvcc not found)");
 #endif
   for (int64_t i = 0; i < B; ++i) {
-    const torch::Tensor t = images[static_cast<size_t>(i)].to_rgb();
+    const torch::Tensor& t = images[static_cast<size_t>(i)];
     const Rect& r = windows[static_cast<size_t>(i)];
     torch::Tensor c = t.narrow(0, r.y, r.h).narrow(1, r.x, r.w).permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
     torch::Tensor y = at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
@@ -467,9 +354,7 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device), pool_(std::make_unique<Pool>()) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
-  // YCbCr planes (converted by the resize kernel) unless the temporary A/B switch of run28 asks for RGB
-  decoder_ = std::make_unique<GpuJpegDecoder>(
-      device, std::getenv("TRAINER_AB_RGBI") ? GpuJpegDecoder::Output::rgb : GpuJpegDecoder::Output::planes);
+  decoder_ = std::make_unique<GpuJpegDecoder>(device);
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
   normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last);
   const auto& n = normalized_;
@@ -684,8 +569,9 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     pool_->pending = std::async(std::launch::async, read_batch, ahead, std::min(opt_.batch_size, ahead.total - ahead.cursor));
   }
 
-  // normal priority, as the training step's stream (run26/run27: either one at high priority was slower)
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  // temporary A/B (run27): the loader's side stream at high priority
+  static const bool loader_high = std::getenv("TRAINER_AB_LOADER_HIGH") != nullptr;
+  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/loader_high, device_.index());
   // timed events (the device time of decode and of augmentation, read back once they have passed)
   auto started = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
   auto decoded = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
@@ -723,7 +609,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     auto cpu_part = std::async(std::launch::async, decode_on_cpu, size_t{0});
     started->record(side);
     const auto t_decode = clock::now();
-    std::vector<DeviceImage> img;
+    std::vector<torch::Tensor> img;
     try {
       img = decoder_->decode(in, info);  // on the side stream
     } catch (...) {
@@ -748,9 +634,9 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     for (size_t k = 0; k < fallback.size(); ++k) {
       if (failed[k]) continue;
       const RgbImage& r = cpu[k];
-      img[static_cast<size_t>(fallback[k])] = DeviceImage(
+      img[static_cast<size_t>(fallback[k])] =
           upload(torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8),
-                 device_));
+                 device_);
     }
     int64_t fallbacks = 0, replaced = 0;
     for (size_t k = 0; k < fallback.size(); ++k) fallbacks += failed[k] ? 0 : 1;
@@ -758,14 +644,14 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     std::vector<Rect> frame(static_cast<size_t>(B));
     int64_t cropped = 0;
     for (int64_t i = 0; i < B; ++i) {
-      const DeviceImage& t = img[static_cast<size_t>(i)];
+      const torch::Tensor& t = img[static_cast<size_t>(i)];
       const auto& inf = info[static_cast<size_t>(i)];
       if (!t.defined()) continue;
-      if (inf.supported && inf.roi.w > 0 && t.width() == inf.roi.w && t.height() == inf.roi.h) {
+      if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
         frame[static_cast<size_t>(i)] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
         ++cropped;
       } else {
-        frame[static_cast<size_t>(i)] = Rect{0, 0, static_cast<int>(t.width()), static_cast<int>(t.height())};
+        frame[static_cast<size_t>(i)] = Rect{0, 0, static_cast<int>(t.size(1)), static_cast<int>(t.size(0))};
       }
     }
     // a sample that failed everywhere takes the place (and label) of the next good one in the batch

@@ -28,29 +28,11 @@ namespace trainer {
 
 bool gpu_decode_available();  // built with nvJPEG
 
-// A decoded image on the device: interleaved RGB, or JPEG's own planes (luma, and the two chroma planes at the
-// file's subsampling), which the crop-resize kernel converts to RGB as it reads them.
-struct DeviceImage {
-  torch::Tensor rgb;        // (H, W, 3) uint8 (maybe a strided view); or undefined when planes
-  torch::Tensor y, cb, cr;  // planes: y (H, W) uint8; cb, cr (ceil(H / 2^shift_y), ceil(W / 2^shift_x)), both
-                            //   undefined for a greyscale file
-  int shift_x = 0, shift_y = 0;  // log2 of the chroma subsampling
-  DeviceImage() = default;
-  DeviceImage(torch::Tensor t) : rgb(std::move(t)) {}  // NOLINT: an RGB tensor is an image
-  bool defined() const { return rgb.defined() || y.defined(); }
-  int64_t height() const { return rgb.defined() ? rgb.size(0) : y.defined() ? y.size(0) : 0; }
-  int64_t width() const { return rgb.defined() ? rgb.size(1) : y.defined() ? y.size(1) : 0; }
-  // (H, W, 3) uint8 RGB: `rgb`, or the planes converted as the crop-resize kernel converts them (ATen ops)
-  torch::Tensor to_rgb() const;
-};
-
-// Decodes JPEG bytes on the device, batched: to (H, W, 3) uint8 RGB, or (Output::planes) to JPEG's YCbCr planes,
-// which skips nvJPEG's per-image conversion kernels (the crop-resize kernel converts while it reads). Entries nvJPEG
-// cannot decode come back undefined (the caller decodes them on the CPU).
+// Decodes JPEG bytes to (H, W, 3) uint8 tensors on the device, batched. Entries nvJPEG cannot decode come back
+// undefined (the caller decodes them on the CPU).
 class GpuJpegDecoder {
  public:
-  enum class Output { rgb, planes };
-  explicit GpuJpegDecoder(torch::Device device, Output output = Output::rgb);
+  explicit GpuJpegDecoder(torch::Device device);
   ~GpuJpegDecoder();
   GpuJpegDecoder(const GpuJpegDecoder&) = delete;
   GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
@@ -60,7 +42,6 @@ class GpuJpegDecoder {
     int width = 0, height = 0;  // the whole image
     bool supported = false;     // a JPEG this decoder's batched path takes
     Rect roi;                   // w > 0: only this region is decoded (hardware engines only); else the whole image
-                                //   (planes: the crop window widened to whole MCUs, so the chroma planes align)
     int chroma = 0;             // nvJPEG's chroma subsampling (submission order groups alike files)
   };
   // The region of file i (a w x h image) worth decoding; {0,0,0,0} or the whole image: all of it.
@@ -69,10 +50,10 @@ class GpuJpegDecoder {
   // With `roi_of` on the hardware engines, each file's region is checked with the engines and kept where they
   // take it (crop-only decode); elsewhere the whole image is decoded.
   std::vector<Info> inspect(const Files& files, int threads = 1, const RoiFn& roi_of = {});
-  // Decodes the files with info.supported (their roi where set: the image is roi.h x roi.w), queued on the current
+  // Decodes the files with info.supported (their roi where set: the tensor is roi.h x roi.w), queued on the current
   // CUDA stream; the rest come back undefined. The host data must stay valid until the call returns.
-  std::vector<DeviceImage> decode(const Files& files, const std::vector<Info>& info);
-  std::vector<DeviceImage> decode(const Files& files) { return decode(files, inspect(files)); }
+  std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info);
+  std::vector<torch::Tensor> decode(const Files& files) { return decode(files, inspect(files)); }
   // Lets the engines' memory pool be set up for batches of up to `batch` files (nvjpegDecodeBatchedPreAllocate).
   void preallocate(int batch);
 
@@ -96,8 +77,8 @@ struct GpuDecodeStats {
   double host_read_wait_ms = 0, host_decode_ms = 0, host_augment_ms = 0;
 };
 
-// Crop + antialiased bilinear resize (ATen's _upsample_bilinear2d_aa) + horizontal flip of device images (RGB or
-// YCbCr planes, see DeviceImage) into one (B, 3, size, size) float batch, 0..255 unless normalised, on the current stream. With `batched_kernel` one CUDA
+// Crop + antialiased bilinear resize (ATen's _upsample_bilinear2d_aa) + horizontal flip of (H, W, 3) uint8 device
+// images into one (B, 3, size, size) float batch, 0..255 unless normalised, on the current stream. With `batched_kernel` one CUDA
 // kernel does the whole batch (where this build has it: gpu_crop_resize_kernel_available()); otherwise ATen ops
 // per sample.
 // Images may be strided (H, W, 3) views, e.g. of planar decodes. `out` may fold the normalisation and the
@@ -111,7 +92,7 @@ struct GpuResizeOutput {
                                     bool channels_last);
 };
 bool gpu_crop_resize_kernel_available();
-torch::Tensor gpu_crop_resize(const std::vector<DeviceImage>& images, const std::vector<Rect>& windows,
+torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
                               const std::vector<char>& flips, int64_t size, bool batched_kernel,
                               const GpuResizeOutput& out = GpuResizeOutput{});
 

@@ -28,28 +28,6 @@ __device__ __forceinline__ Span span(int i, int in, int out) {
   return s;
 }
 
-// Pixel (row, col) of a job's source as RGB floats (0..255, integral).
-__device__ __forceinline__ void pixel(const CropResizeJob& j, int row, int col, float& r, float& g, float& b) {
-  if (j.source == kSourceRgb) {
-    const uint8_t* p = j.src + static_cast<int64_t>(row) * j.pitch + static_cast<int64_t>(col) * j.pixel_step;
-    r = p[0];
-    g = p[j.channel_step];
-    b = p[2 * j.channel_step];
-    return;
-  }
-  const float y = j.src[static_cast<int64_t>(row) * j.pitch + col];
-  if (j.source == kSourceGrey) {
-    r = g = b = y;
-    return;
-  }
-  const int64_t c = static_cast<int64_t>(row >> j.shift_y) * j.chroma_pitch + (col >> j.shift_x);
-  const float cb = static_cast<float>(j.cb[c]) - 128.f, cr = static_cast<float>(j.cr[c]) - 128.f;
-  // JFIF's YCbCr -> RGB, each product and sum rounded on its own (no fused multiply-add), as the host reference
-  r = fminf(fmaxf(rintf(__fadd_rn(y, __fmul_rn(1.402f, cr))), 0.f), 255.f);
-  g = fminf(fmaxf(rintf(__fsub_rn(__fsub_rn(y, __fmul_rn(0.344136f, cb)), __fmul_rn(0.714136f, cr))), 0.f), 255.f);
-  b = fminf(fmaxf(rintf(__fadd_rn(y, __fmul_rn(1.772f, cb))), 0.f), 255.f);
-}
-
 constexpr int kTileW = 32, kTileH = 8;  // output pixels per block (a warp per row)
 constexpr int kMaxTaps = 16;            // weights tabled per block while a filter has at most this many taps
 
@@ -93,19 +71,21 @@ __global__ void __launch_bounds__(kTileW * kTileH) crop_resize_kernel(const Crop
     __syncthreads();
   }
   if (ox >= size || oy >= size) return;
+  const int64_t cs = job.channel_step;
+  const int ps = job.pixel_step;
   float r = 0.f, g = 0.f, b = 0.f;
   if (tabled) {
     const int nx = nx_s[tx], ny = ny_s[ty];
-    const int row0 = job.y + fy_s[ty], col0 = job.x + fx_s[tx];
+    const uint8_t* base = job.src + static_cast<int64_t>(job.y + fy_s[ty]) * job.pitch +
+                          static_cast<int64_t>(job.x + fx_s[tx]) * ps;
     for (int k = 0; k < ny; ++k) {
+      const uint8_t* p = base + static_cast<int64_t>(k) * job.pitch;
       float rr = 0.f, gg = 0.f, bb = 0.f;
-      for (int j = 0; j < nx; ++j) {
+      for (int j = 0; j < nx; ++j, p += ps) {
         const float wx = wx_s[j][tx];
-        float pr, pg, pb;
-        pixel(job, row0 + k, col0 + j, pr, pg, pb);
-        rr += wx * pr;
-        gg += wx * pg;
-        bb += wx * pb;
+        rr += wx * p[0];
+        gg += wx * p[cs];
+        bb += wx * p[2 * cs];
       }
       const float wy = wy_s[ty][k];
       r += wy * rr;
@@ -121,14 +101,14 @@ __global__ void __launch_bounds__(kTileW * kTileH) crop_resize_kernel(const Crop
     for (int y = sy.first; y < sy.last; ++y) {
       const float wy = triangle((y - sy.center + 0.5f) * sy.inv_width);
       if (wy == 0.f) continue;
+      const uint8_t* row = job.src + static_cast<int64_t>(job.y + y) * job.pitch + static_cast<int64_t>(job.x) * ps;
       float rr = 0.f, gg = 0.f, bb = 0.f;
       for (int x = sx.first; x < sx.last; ++x) {
         const float wx = triangle((x - sx.center + 0.5f) * sx.inv_width);
-        float pr, pg, pb;
-        pixel(job, job.y + y, job.x + x, pr, pg, pb);
-        rr += wx * pr;
-        gg += wx * pg;
-        bb += wx * pb;
+        const uint8_t* p = row + static_cast<int64_t>(ps) * x;
+        rr += wx * p[0];
+        gg += wx * p[cs];
+        bb += wx * p[2 * cs];
       }
       r += wy * rr;
       g += wy * gg;

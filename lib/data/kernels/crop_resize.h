@@ -7,27 +7,13 @@
 
 namespace trainer {
 
-// What a job's source pixels are.
-enum CropResizeSource : int32_t {
-  kSourceRgb = 0,    // RGB at src: pixel (y, x) channel c at src[y * pitch + x * pixel_step + c * channel_step]
-  kSourceYCbCr = 1,  // JPEG's planes: luma at src[y * pitch + x]; chroma at cb/cr[(y >> shift_y) * chroma_pitch +
-                     //   (x >> shift_x)], converted to RGB per tap (JFIF, full range, rounded and clamped to 0..255
-                     //   as a decoder's output would be), chroma replicated over its subsampled pixels
-  kSourceGrey = 2,   // luma only, at src[y * pitch + x]: R = G = B = Y
-};
-
 struct CropResizeJob {
-  const uint8_t* src = nullptr;  // RGB or luma, uint8, on the device (see CropResizeSource)
-  int64_t pitch = 0;
-  int64_t channel_step = 1;      // RGB: interleaved pixel_step 3, channel_step 1; planar 1 and the plane's size
+  const uint8_t* src = nullptr;  // an RGB uint8 image on the device: pixel (y, x) channel c at
+  int64_t pitch = 0;             //   src[y * pitch + x * pixel_step + c * channel_step]
+  int64_t channel_step = 1;      //   (interleaved: pixel_step 3, channel_step 1; planar: 1 and the plane's size)
   int32_t pixel_step = 3;
   int32_t x = 0, y = 0, w = 0, h = 0;  // crop window inside the image
   int32_t flip = 0;                    // mirror the output horizontally
-  int32_t source = kSourceRgb;
-  const uint8_t* cb = nullptr;  // kSourceYCbCr: the chroma planes and their row pitch
-  const uint8_t* cr = nullptr;
-  int64_t chroma_pitch = 0;
-  int32_t shift_x = 0, shift_y = 0;  // log2 of the chroma subsampling (4:2:0: 1 and 1)
 };
 
 // What the output pixels become: (v - mean[c]) * inv_std[c] on the 0..255 scale (identity by default), written
