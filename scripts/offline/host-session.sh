@@ -180,10 +180,11 @@ case "$phase" in
     done
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
+            # (GRAPH=1: the step captured, train.cuda_graph)
     jpeg_set
     for mode in gpu cpu; do
       $T --config configs/imagenet_like.yaml --set data.decode=$mode --set data.workers=$([ $mode = gpu ] && echo 4 || echo 14) \
-        --set train.epochs=3 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
+        --set train.cuda_graph=$([ "${GRAPH:-0}" = 1 ] && echo true || echo false) --set train.epochs=3 --set train.max_steps=26 --set data.eval_split= --set checkpoint.every_epoch=false \
         --set run.out_dir="$out/prof" --set run.name=$mode --profile 20:24 > "$out/prof_$mode.log" 2>&1 \
         || tail -20 "$out/prof_$mode.log"
     done
