@@ -7,7 +7,6 @@
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
-#   prio (temporary A/B: the GPU loader's stream at high priority or not, eager and captured steps)
 #   gpuprof (training steps profiled with GPU decode and with CPU decode)
 #   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
 #     baselines, ResNet-50 end to end)
@@ -161,23 +160,6 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
     done
     erun resnet50_bf16_graph_cpudecode --set train.cuda_graph=true --set bench.data=pipeline
-    ;;
-  prio)  # temporary A/B (run27): the GPU loader's side stream at high priority against normal (the training step
-         # at normal), ResNet-50 end to end from GPU decode (4 threads), synthetic alongside, three interleaved
-         # repeats; then the captured step (train.cuda_graph) from GPU decode and synthetic
-    jpeg_set
-    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
-    for rep in 1 2 3; do
-      erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
-      TRAINER_AB_LOADER_HIGH=1 erun resnet50_bf16_pipeline_gpudecode_loaderhigh_$rep "${dec[@]}"
-    done
-    for rep in 1 2; do
-      erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
-      erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${dec[@]}"
-      TRAINER_AB_LOADER_HIGH=1 erun resnet50_bf16_graph_gpudecode_loaderhigh_$rep --set train.cuda_graph=true "${dec[@]}"
-    done
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
             # (GRAPH=1: the step captured, train.cuda_graph)

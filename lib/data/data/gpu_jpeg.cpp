@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -569,9 +568,8 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     pool_->pending = std::async(std::launch::async, read_batch, ahead, std::min(opt_.batch_size, ahead.total - ahead.cursor));
   }
 
-  // temporary A/B (run27): the loader's side stream at high priority
-  static const bool loader_high = std::getenv("TRAINER_AB_LOADER_HIGH") != nullptr;
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/loader_high, device_.index());
+  // normal priority, as the training step's stream (run26/run27: either one at high priority was slower)
+  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
   // timed events (the device time of decode and of augmentation, read back once they have passed)
   auto started = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
   auto decoded = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
