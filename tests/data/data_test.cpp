@@ -494,6 +494,41 @@ TEST_F(Images, ColorJitterMatchesTorchvision) {
   EXPECT_LT(err, 2e-5) << "max abs difference to torchvision " << err;
 }
 
+// The batch is jittered by grouping its samples per pass by the operation they take then: the same as jittering
+// each sample alone (a batch of one takes each operation whole), with mixed orders, a pass where every sample
+// takes the same operation, and operations switched off.
+TEST(Augment, GroupedJitterEqualsPerSampleJitter) {
+  torch::manual_seed(11);
+  const int64_t B = 12;
+  const torch::Tensor x0 = torch::rand({B, 3, 9, 7});
+  torch::Tensor factors = torch::empty({B, 4});
+  factors.narrow(1, 0, 3).uniform_(0.6, 1.4);
+  factors.narrow(1, 3, 1).uniform_(-0.1, 0.1);
+  // each row a permutation of the four operations; in pass 2 every sample takes contrast (1)
+  torch::Tensor order = torch::empty({B, 4}, torch::kInt64);
+  const int64_t others[3] = {0, 2, 3};
+  for (int64_t i = 0; i < B; ++i) {
+    const torch::Tensor p = torch::randperm(3, torch::kInt64);
+    order[i][0] = others[p[0].item<int64_t>()];
+    order[i][1] = others[p[1].item<int64_t>()];
+    order[i][2] = 1;
+    order[i][3] = others[p[2].item<int64_t>()];
+  }
+  EXPECT_GT(std::get<0>(at::_unique(order.select(1, 0))).numel(), 1) << "pass 0 mixes operations";
+  for (const std::array<bool, 4> ops : {std::array<bool, 4>{true, true, true, true}, {true, false, true, false}}) {
+    torch::Tensor batch = x0.clone();
+    color_jitter_(batch, factors, order, ops);
+    for (int64_t i = 0; i < B; ++i) {
+      torch::Tensor one = x0.narrow(0, i, 1).clone();
+      color_jitter_(one, factors.narrow(0, i, 1), order.narrow(0, i, 1), ops);
+      EXPECT_TRUE(torch::allclose(batch.narrow(0, i, 1), one, 0, 1e-6)) << "sample " << i;
+    }
+    EXPECT_FALSE(torch::allclose(batch, x0)) << "jittered";
+  }
+  torch::Tensor x = x0.clone();
+  EXPECT_THROW(color_jitter_(x, factors, order.narrow(0, 0, 3)), Error) << "one order row per sample";
+}
+
 TEST(Augment, DrawsFollowTorchvisionsRangesAndRepeat) {
   AugmentOptions o;
   o.jitter = {0.4, 0.3, 0.2, 0.1};

@@ -109,17 +109,39 @@ void color_jitter_(torch::Tensor& x, const torch::Tensor& factors, const torch::
                    const std::array<bool, 4>& ops) {
   torch::NoGradGuard ng;
   const int64_t B = x.size(0);
-  auto f = factors.to(x.dtype()).view({B, 4, 1, 1});
+  TRAINER_CHECK(order.device().is_cpu() && order.dim() == 2 && order.size(0) == B && order.size(1) == 4,
+                "color_jitter_: order must be (B, 4) on the CPU");
+  // per pass, the samples grouped by the operation they take then: one gather, one operation and one scatter per
+  // group (instead of every operation on the whole batch, then a select); one upload of the groups for the batch
+  const torch::Tensor ord = order.to(torch::kInt64).contiguous();
+  const int64_t* o = ord.data_ptr<int64_t>();
+  std::vector<int64_t> grouped(static_cast<size_t>(4 * B));
+  int64_t begin[4][5] = {};  // pass, operation: the group's first position in `grouped` (relative to the pass)
   for (int pass = 0; pass < 4; ++pass) {
-    auto op_now = order.select(1, pass);  // (B,)
-    torch::Tensor out = x;
-    for (int op = 0; op < 4; ++op) {
-      if (!ops[static_cast<size_t>(op)]) continue;  // off in the config: its factor is the identity
-      auto sel = (op_now == op).view({B, 1, 1, 1});
-      out = torch::where(sel, apply_op(op, x, f.narrow(1, op, 1)), out);
+    int64_t count[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t op = o[i * 4 + pass];
+      TRAINER_CHECK(op >= 0 && op < 4, "color_jitter_: operation ", op, " of sample ", i, " is not 0..3");
+      ++count[op];
     }
-    x.copy_(out);
+    for (int op = 0; op < 4; ++op) begin[pass][op + 1] = begin[pass][op] + count[op];
+    int64_t at[4] = {begin[pass][0], begin[pass][1], begin[pass][2], begin[pass][3]};
+    for (int64_t i = 0; i < B; ++i) grouped[static_cast<size_t>(pass * B + at[o[i * 4 + pass]]++)] = i;
   }
+  const torch::Tensor groups =
+      upload(torch::from_blob(grouped.data(), {4 * B}, torch::kInt64).clone(), x.device());
+  const torch::Tensor f = factors.to(x.dtype()).view({B, 4, 1, 1});
+  for (int pass = 0; pass < 4; ++pass)
+    for (int op = 0; op < 4; ++op) {
+      const int64_t n = begin[pass][op + 1] - begin[pass][op];
+      if (!ops[static_cast<size_t>(op)] || n == 0) continue;  // off in the config: its factor is the identity
+      if (n == B) {  // the whole batch takes this operation now
+        x.copy_(apply_op(op, x, f.narrow(1, op, 1)));
+        continue;
+      }
+      const torch::Tensor idx = groups.narrow(0, pass * B + begin[pass][op], n);
+      x.index_copy_(0, idx, apply_op(op, x.index_select(0, idx), f.index_select(0, idx).narrow(1, op, 1)));
+    }
 }
 
 void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel) {
@@ -149,7 +171,7 @@ BatchAugmenter::Draws BatchAugmenter::draw(const std::vector<int64_t>& indices, 
   auto dev = upload(host, device);
   Draws d;
   d.factors = dev.narrow(1, 0, 4).to(torch::kFloat32);
-  d.order = dev.narrow(1, 4, 4).to(torch::kInt64);
+  d.order = host.narrow(1, 4, 4).to(torch::kInt64);  // on the host: it groups the samples (color_jitter_)
   d.boxes = dev.narrow(1, 8, 4).to(torch::kInt64);
   return d;
 }

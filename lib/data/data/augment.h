@@ -36,8 +36,9 @@ struct SampleAugment {
 
 SampleAugment draw_augment(const AugmentOptions& o, uint64_t seed, int64_t epoch, int64_t index, int64_t H, int64_t W);
 
-// x: (B, 3, H, W) float in [0, 1], changed in place. factors (B, 4) float, order (B, 4) int64, on x's device;
-// ops: which of brightness, contrast, saturation, hue are on (the others are skipped, no device work).
+// x: (B, 3, H, W) float in [0, 1], changed in place. factors (B, 4) float on x's device; order (B, 4) int64 on the
+// CPU (sample i's k-th operation); ops: which of brightness, contrast, saturation, hue are on (the others are
+// skipped, no device work). Each operation runs once per pass on the samples that take it then.
 void color_jitter_(torch::Tensor& x, const torch::Tensor& factors, const torch::Tensor& order,
                    const std::array<bool, 4>& ops = {true, true, true, true});
 // x: (B, C, H, W); boxes (B, 4) int64 (y, x, h, w), h == 0 leaves the sample alone.
@@ -50,7 +51,8 @@ class BatchAugmenter {
   BatchAugmenter(AugmentOptions o, uint64_t seed) : opt_(std::move(o)), seed_(seed) {}
   bool enabled() const { return opt_.jitter_on() || opt_.erase_on() || opt_.auto_augment.on(); }
   struct Draws {
-    torch::Tensor factors, order, boxes;
+    torch::Tensor factors, boxes;  // on the device
+    torch::Tensor order;           // on the host
   };
   Draws draw(const std::vector<int64_t>& indices, int64_t epoch, int64_t H, int64_t W, torch::Device device) const;
   // x (B,C,H,W) floats on the 0..255 scale: RandAugment / TrivialAugmentWide with uint8 semantics (x is rounded
