@@ -36,6 +36,9 @@ dataloaders() {
       --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
   done
 }
+# ResNet-50 end to end from the JPEG set: 20 warm-up + 100 timed steps (e2e100); GPU decode with 4 read threads
+e2e100=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
+gpudec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
 # one `trainer bench` run named $1: the phase's e2e=(...) arguments, then the rest
 erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
   | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
@@ -122,7 +125,7 @@ case "$phase" in
     done
     dataloaders
     e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=10 --set bench.steps=45)
-    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+    dec=("${gpudec[@]}")
     for rep in 1 2; do
       erun resnet50_bf16_synthetic_$rep
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
@@ -132,10 +135,10 @@ case "$phase" in
   e2e100)  # ResNet-50 bf16 end to end, 100 timed steps, three interleaved repeats: synthetic, GPU decode (4 read
             # threads), CPU decode (cores - 2 threads)
     jpeg_set
-    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
+    e2e=("${e2e100[@]}")
     for rep in 1 2 3; do
       erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep --set data.decode=gpu --set data.workers=4 --set bench.data=pipeline
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
     ;;
@@ -152,8 +155,8 @@ case "$phase" in
   graph)  # train.cuda_graph fed by the JPEG pipeline: ResNet-50 end to end, eager and captured, synthetic and GPU
           # decode (4 threads), interleaved
     jpeg_set
-    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+    e2e=("${e2e100[@]}")
+    dec=("${gpudec[@]}")
     for rep in 1 2; do
       erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
       erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${dec[@]}"
@@ -166,8 +169,8 @@ case "$phase" in
               # against CUDA's legacy default stream, ResNet-50 end to end: eager (three interleaved repeats) and
               # captured, from GPU decode (4 threads), from CPU decode, synthetic alongside
     jpeg_set
-    e2e=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
-    dec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+    e2e=("${e2e100[@]}")
+    dec=("${gpudec[@]}")
     for rep in 1 2 3; do
       erun resnet50_bf16_synthetic_$rep
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
