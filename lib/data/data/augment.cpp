@@ -128,8 +128,8 @@ void color_jitter_(torch::Tensor& x, const torch::Tensor& factors, const torch::
     int64_t at[4] = {begin[pass][0], begin[pass][1], begin[pass][2], begin[pass][3]};
     for (int64_t i = 0; i < B; ++i) grouped[static_cast<size_t>(pass * B + at[o[i * 4 + pass]]++)] = i;
   }
-  const torch::Tensor groups =
-      upload(torch::from_blob(grouped.data(), {4 * B}, torch::kInt64).clone(), x.device());
+  // (used before `grouped` goes away: on the CPU as is; to a device through a pinned copy)
+  const torch::Tensor groups = upload(torch::from_blob(grouped.data(), {4 * B}, torch::kInt64), x.device());
   const torch::Tensor f = factors.to(x.dtype()).view({B, 4, 1, 1});
   for (int pass = 0; pass < 4; ++pass)
     for (int op = 0; op < 4; ++op) {

@@ -426,7 +426,7 @@ void GpuImageLoader::loop() {
         // training: on with the next epoch, at most one ahead of the consumer
         {
           std::unique_lock<std::mutex> lock(mu_);
-          cv_.wait(lock, [&] { return stop_ || pass_.epoch == epoch_; });
+          cv_.wait(lock, [&] { return stop_ || pass_.epoch == current_.epoch; });
           if (stop_) return;
         }
         Pass next = following(p.epoch);
@@ -460,7 +460,8 @@ bool GpuImageLoader::next(Batch& out) {
     if (taken_ >= batches) return false;
     r = std::move(queue_.front());
     queue_.pop_front();
-    TRAINER_CHECK(r->epoch == epoch_, "GpuImageLoader: a batch of epoch ", r->epoch, " in epoch ", epoch_);
+    TRAINER_CHECK(r->epoch == current_.epoch, "GpuImageLoader: a batch of epoch ", r->epoch, " in epoch ",
+                  current_.epoch);
     ++taken_;
   }
   cv_.notify_all();
@@ -479,11 +480,9 @@ bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
 void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   {  // the epoch the producer has gone on with: keep what it has made
     std::lock_guard<std::mutex> lock(mu_);
-    if (thread_.joinable() && !stop_ && !error_ && opt_.train && start_batch == 0 && epoch == epoch_ + 1 &&
+    if (thread_.joinable() && !stop_ && !error_ && opt_.train && start_batch == 0 && epoch == current_.epoch + 1 &&
         taken_ >= batches_per_epoch() && pass_.epoch == epoch) {
-      epoch_ = epoch;
-      order_ = pass_.order;
-      batches_ = pass_.batches;
+      current_ = pass_;
       taken_ = 0;
       cv_.notify_all();
       return;
@@ -494,14 +493,12 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   pool_->pending = {};
   pool_->pending_cursor = -1;
   pass_ = make_pass(epoch, start_batch);
-  epoch_ = epoch;
-  order_ = pass_.order;
-  batches_ = pass_.batches;
+  current_ = pass_;
   taken_ = pass_.cursor / opt_.batch_size;
   start();
 }
 
-int64_t GpuImageLoader::batches_per_epoch() const { return batches_; }
+int64_t GpuImageLoader::batches_per_epoch() const { return current_.batches; }
 
 Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* flip) const {
   return sample_window(opt_, index, epoch, w, h, flip);

@@ -110,7 +110,7 @@ class GpuImageLoader : public Loader {
   ~GpuImageLoader() override;
   void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
-  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_->size()); }
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(current_.order->size()); }
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return stats().bad; }
   GpuDecodeStats stats() const;
@@ -121,7 +121,6 @@ class GpuImageLoader : public Loader {
  private:
   struct Pool;
   struct Ready;
-  using Order = std::shared_ptr<const std::vector<int64_t>>;
   // One epoch's pass of the producer: its plan and the next sample it makes a batch from.
   struct Pass : EpochPlan {
     int64_t cursor = 0;
@@ -138,9 +137,9 @@ class GpuImageLoader : public Loader {
   torch::Device device_;
   std::unique_ptr<GpuJpegDecoder> decoder_;
   std::unique_ptr<Pool> pool_;
-  // the consumer's epoch (what next() hands out): its order, samples, and batches taken so far
-  Order order_;
-  int64_t epoch_ = 0, batches_ = 0, taken_ = 0;
+  // the consumer's epoch (what next() hands out) and its batches taken so far
+  EpochPlan current_;
+  int64_t taken_ = 0;
   GpuResizeOutput normalized_;           // what the resize kernel does when nothing runs between it and normalising
   torch::Tensor mean255_, inv_std255_;  // the same figures on the device, for the unfused path
   // ---- producer thread and its queue, guarded by mu_ ----

@@ -146,12 +146,12 @@ ImageLoader::Pass ImageLoader::make_pass(int64_t epoch, int64_t base) const {
 
 void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool whole_epoch_taken = !passes_.empty() && cursor_ == base_ + batches_;
-  if (opt_.train && start_batch == 0 && epoch == epoch_ + 1 && whole_epoch_taken && !error_) {
+  const bool whole_epoch_taken = !passes_.empty() && cursor_ == current_.base + current_.batches;
+  if (opt_.train && start_batch == 0 && epoch == current_.epoch + 1 && whole_epoch_taken && !error_) {
     // the next epoch: keep what the threads have made of it (every task of this one is done: all its batches
     // were taken)
     if (passes_.size() == 1) {
-      passes_.push_back(make_pass(epoch, base_ + batches_));
+      passes_.push_back(make_pass(epoch, current_.base + current_.batches));
       work_pass_ = 1;
       next_task_ = 0;
     }
@@ -174,17 +174,12 @@ void ImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
       sl->done = 0;
     }
   }
-  const Pass& p = passes_[0];
-  order_ = p.order;
-  epoch_ = p.epoch;
-  total_ = p.total;
-  base_ = p.base;
-  batches_ = p.batches;
+  current_ = passes_[0];
   lock.unlock();
   work_cv_.notify_all();
 }
 
-int64_t ImageLoader::batches_per_epoch() const { return batches_; }
+int64_t ImageLoader::batches_per_epoch() const { return current_.batches; }
 
 bool ImageLoader::take_task_ready() {
   if (resetting_ || passes_.empty()) return false;
@@ -226,8 +221,7 @@ void ImageLoader::worker_loop() {
       if (slot->batch != batch) {  // first task of this batch claims the slot
         slot->batch = batch;
         slot->done = 0;
-        const int64_t size = std::min<int64_t>(opt_.batch_size, p.total - task / opt_.batch_size * opt_.batch_size);
-        slot->indices.assign(static_cast<size_t>(size), -1);
+        slot->indices.assign(static_cast<size_t>(p.batch_size_of(task / opt_.batch_size, opt_.batch_size)), -1);
       }
       ++in_flight_;
     }
@@ -389,7 +383,7 @@ bool ImageLoader::next(Batch& out) {
   int64_t size;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (cursor_ >= base_ + batches_) return false;
+    if (cursor_ >= current_.base + current_.batches) return false;
     // the previous batch's slot can be refilled once its copy to the device finished
     if (cursor_ > released_) {
 #ifdef TRAINER_WITH_CUDA
@@ -402,7 +396,7 @@ bool ImageLoader::next(Batch& out) {
       released_ = cursor_;
       work_cv_.notify_all();
     }
-    size = std::min<int64_t>(opt_.batch_size, total_ - (cursor_ - base_) * opt_.batch_size);
+    size = current_.batch_size_of(cursor_ - current_.base, opt_.batch_size);
     slot = slots_[cursor_ % ring].get();
     const int64_t want = cursor_;
     done_cv_.wait(lock, [&] { return error_ || (slot->batch == want && slot->done == size); });
@@ -445,7 +439,7 @@ bool ImageLoader::next(Batch& out) {
   } else {
     // (B,S,S,3) viewed as (B,3,S,S) has channels_last strides already
     torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32);
-    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, epoch_, opt_.train, mean255_, inv_std255_);
+    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, current_.epoch, opt_.train, mean255_, inv_std255_);
     out.images = opt_.channels_last ? x : x.contiguous();
   }
   out.labels = labels;

@@ -8,6 +8,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -66,6 +67,8 @@ struct EpochPlan {
   int64_t epoch = 0;
   std::shared_ptr<const std::vector<int64_t>> order;
   int64_t total = 0, batches = 0;
+  // samples in batch b of the epoch (the last one may be short)
+  int64_t batch_size_of(int64_t b, int64_t batch_size) const { return std::min(batch_size, total - b * batch_size); }
 };
 EpochPlan plan_epoch(const ImageLoaderOptions& o, int64_t dataset_size, int64_t epoch);
 
@@ -85,7 +88,7 @@ class ImageLoader : public Loader {
 
   void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
   int64_t batches_per_epoch() const override;
-  int64_t samples_per_epoch() const override { return static_cast<int64_t>(order_->size()); }
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(current_.order->size()); }
   // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
@@ -116,12 +119,7 @@ class ImageLoader : public Loader {
   std::vector<std::thread> threads_;
   torch::Tensor mean255_, inv_std255_;
 
-  // ---- the consumer's epoch (changed by set_epoch only) ----
-  Order order_;
-  int64_t epoch_ = 0;
-  int64_t total_ = 0;         // samples this epoch (after drop_last)
-  int64_t base_ = 0;          // the number of its first batch
-  int64_t batches_ = 0;
+  Pass current_;  // the consumer's epoch: passes_[0] as of the last set_epoch (read without the lock)
 
   // ---- shared state, guarded by mu_ ----
   std::mutex mu_;
