@@ -7,7 +7,6 @@
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
-#   ownstream (temporary A/B: the step on a non-blocking stream of its own vs the legacy default stream)
 #   gpuprof (training steps profiled with GPU decode and with CPU decode)
 #   gpucrop (crop-only decode on the engines vs whole images, the decoder's submission choices, both DataLoader
 #     baselines, ResNet-50 end to end)
@@ -164,26 +163,6 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
     done
     erun resnet50_bf16_graph_cpudecode --set train.cuda_graph=true --set bench.data=pipeline
-    ;;
-  ownstream)  # temporary A/B: the training step on a non-blocking stream of its own (TRAINER_AB_OWN_STREAM=1)
-              # against CUDA's legacy default stream, ResNet-50 end to end: eager (three interleaved repeats) and
-              # captured, from GPU decode (4 threads), from CPU decode, synthetic alongside
-    jpeg_set
-    e2e=("${e2e100[@]}")
-    dec=("${gpudec[@]}")
-    for rep in 1 2 3; do
-      erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep "${dec[@]}"
-      TRAINER_AB_OWN_STREAM=1 erun resnet50_bf16_pipeline_gpudecode_own_$rep "${dec[@]}"
-    done
-    for rep in 1 2; do
-      erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
-      erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${dec[@]}"
-      TRAINER_AB_OWN_STREAM=1 erun resnet50_bf16_graph_gpudecode_own_$rep --set train.cuda_graph=true "${dec[@]}"
-    done
-    erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
-    TRAINER_AB_OWN_STREAM=1 erun resnet50_bf16_pipeline_cpudecode_own --set bench.data=pipeline
-    TRAINER_AB_OWN_STREAM=1 erun resnet50_bf16_synthetic_own
     ;;
   gpuprof)  # ResNet-50 training steps profiled with GPU decode and with CPU decode: which kernels the GPU path adds
             # (GRAPH=1: the step captured, train.cuda_graph)

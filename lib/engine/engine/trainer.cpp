@@ -66,7 +66,6 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   if (!ctx_.device.is_cuda() && precision_ == Precision::bf16) precision_ = Precision::fp32;  // CPU: fp32
   seed_all(cfg.run.seed);
   set_determinism(cfg.run.deterministic, cfg.train.cudnn_benchmark);
-  train_on_own_stream(ctx_.device);  // temporary A/B switch, off unless TRAINER_AB_OWN_STREAM is set
 
   // ---- model ----
   model_ = create_model(cfg.model, cfg.data.image_size);

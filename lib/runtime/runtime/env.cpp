@@ -8,12 +8,7 @@
 
 #ifdef TRAINER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-
-#include <cstdlib>
-#include <map>
-#include <mutex>
 namespace torch::cuda::nccl {
 std::uint64_t version();  // libtorch_cuda (torch/csrc/cuda/nccl.h, which drags in nccl.h)
 }
@@ -116,27 +111,6 @@ void set_determinism(bool deterministic, bool cudnn_benchmark) {
 
 void synchronize(torch::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
-void train_on_own_stream(torch::Device device) {
-#ifdef TRAINER_WITH_CUDA
-  if (!device.is_cuda() || !std::getenv("TRAINER_AB_OWN_STREAM")) return;
-  static std::mutex mu;
-  static std::map<int, cudaStream_t> streams;  // one per device for the process, never destroyed
-  std::lock_guard<std::mutex> lock(mu);
-  cudaStream_t& s = streams[device.index()];
-  torch::cuda::synchronize(device.index());  // what was queued on the old stream is done before the new one runs
-  if (!s) {
-    int previous = 0;
-    TRAINER_CHECK(cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device.index()) == cudaSuccess &&
-                      cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, 0) == cudaSuccess &&
-                      cudaSetDevice(previous) == cudaSuccess,
-                  "could not create the training stream on ", device.str());
-  }
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromExternal(s, device.index()));
-#else
-  (void)device;
-#endif
 }
 
 GpuMemory gpu_memory(torch::Device device) {

@@ -48,11 +48,6 @@ struct GpuMemory {
 };
 // Waits for all work on `device` (no-op on CPU). Not for the hot loop.
 void synchronize(torch::Device device);
-// Temporary A/B (next device session; TRAINER_AB_OWN_STREAM=1 turns it on, otherwise a no-op): makes this thread's
-// current stream on `device` one of its own, non-blocking and of normal priority, instead of CUDA's legacy default
-// stream, with which blocking streams (libraries' internal ones, e.g. nvJPEG's conversion kernels) synchronise
-// implicitly (run29). Waits for what was queued before.
-void train_on_own_stream(torch::Device device);
 GpuMemory gpu_memory(torch::Device device);  // zeros on CPU
 void reset_peak_memory(torch::Device device);
 
