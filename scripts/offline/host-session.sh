@@ -5,6 +5,7 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
 #   gpuprof (training steps profiled with GPU decode and with CPU decode)
@@ -38,6 +39,8 @@ dataloaders() {
 # ResNet-50 end to end from the JPEG set: 20 warm-up + 100 timed steps (e2e100); GPU decode with 4 read threads
 e2e100=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
 gpudec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
+# the pipeline alone (bench-data), GPU decode with 4 read threads, 100 batches
+gpudata=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=100 --set data.decode=gpu --set data.workers=4)
 # one `trainer bench` run named $1: the phase's e2e=(...) arguments, then the rest
 erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
   | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
@@ -141,12 +144,31 @@ case "$phase" in
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
     ;;
+  dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
+          # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step
+          # once) and the pipeline alone each way
+    jpeg_set
+    e2e=("${e2e100[@]}")
+    f32=(--set data.dtype=float32)
+    for rep in 1 2 3; do
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_synthetic_f32_$rep "${f32[@]}"
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
+      erun resnet50_bf16_pipeline_gpudecode_f32_$rep "${gpudec[@]}" "${f32[@]}"
+    done
+    erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
+    erun resnet50_bf16_graph_synthetic --set train.cuda_graph=true
+    erun resnet50_bf16_graph_gpudecode --set train.cuda_graph=true "${gpudec[@]}"
+    for rep in 1 2; do
+      $T bench-data "${gpudata[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
+      $T bench-data "${gpudata[@]}" "${f32[@]}" --out "$out/bench/data_gpu_f32_$rep.json" 2>&1 | grep -E "bench-data|error"
+    done
+    ;;
   issue9)  # the GPU decode issue's figures in one call: the pipeline alone (GPU decode, 4 threads) against both
             # DataLoader baselines, then e2e100 (ResNet-50 end to end against synthetic data)
     jpeg_set
-    gpu=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=100 --set data.decode=gpu --set data.workers=4)
     for rep in 1 2 3; do
-      $T bench-data "${gpu[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
+      $T bench-data "${gpudata[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
     done
     dataloaders
     bash "$root/scripts/offline/host-session.sh" e2e100 "$out"

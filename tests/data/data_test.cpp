@@ -22,6 +22,7 @@
 #include "data/image_loader.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
+#include "data/memory_loader.h"
 #include "data/pack.h"
 #include "data/sharding.h"
 #include "data/shards.h"
@@ -446,6 +447,54 @@ TEST_F(Folder, BadFilesAreCountedAndReplaced) {
   while (l.next(b)) seen += b.labels.size(0);
   EXPECT_EQ(seen, 24);
   EXPECT_EQ(l.bad_samples(), 3);
+}
+
+// data.dtype bfloat16: the loaders hand out the float32 batch rounded to bfloat16 (as autocast would cast it), in
+// the same layout; training (colour jitter and erasing on) and evaluation, both memory orders.
+TEST_F(Folder, Bfloat16BatchesAreTheFloat32BatchesRounded) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  for (const bool train : {true, false})
+  for (const bool channels_last : {true, false}) {
+    ImageLoaderOptions o = options(2);
+    o.normalize = true;
+    o.train = train;
+    o.channels_last = channels_last;
+    o.augment.jitter = {0.4, 0.4, 0.4, 0.1};
+    o.augment.erase_prob = 0.5;
+    ImageLoader f32(list.samples, o, torch::kCPU);
+    o.dtype = torch::kBFloat16;
+    ImageLoader b16(list.samples, o, torch::kCPU);
+    const auto a = epoch(f32, 1), b = epoch(b16, 1);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 0u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].scalar_type(), torch::kFloat32);
+      ASSERT_EQ(b[i].scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(b[i].strides(), a[i].strides()) << "the same memory order";
+      EXPECT_TRUE(torch::equal(b[i], a[i].to(torch::kBFloat16))) << (train ? "train" : "eval") << " batch " << i;
+    }
+  }
+  InMemoryDataset ds = make_synthetic(40, 12, 3, 4, 5);
+  MemoryLoaderOptions m;
+  m.batch_size = 8;
+  m.mean = {0.5, 0.5, 0.5};
+  m.std = {0.25, 0.25, 0.25};
+  m.augment.jitter = {0.4, 0.4, 0.4, 0.1};
+  MemoryLoader mf(ds, m, torch::kCPU);
+  m.dtype = torch::kBFloat16;
+  MemoryLoader mb(ds, m, torch::kCPU);
+  mf.set_epoch(1);
+  mb.set_epoch(1);
+  Batch x, y;
+  int n = 0;
+  while (mf.next(x)) {
+    ASSERT_TRUE(mb.next(y));
+    ASSERT_EQ(y.images.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(y.images, x.images.to(torch::kBFloat16))) << "memory loader batch " << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
 }
 
 TEST_F(Folder, EvalIsCentreCropResize) {

@@ -335,6 +335,16 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
   EXPECT_LT((folded.cpu() - by_hand).abs().max().item<double>(), 1e-4);
   const torch::Tensor folded_ref = gpu_crop_resize(images, windows, flips, S, false, norm).cpu();
   EXPECT_LT((folded.cpu() - folded_ref).abs().max().item<double>(), 1e-4);
+  // bfloat16 out (data.dtype): the float32 result rounded as a cast would, kernel and ATen path alike
+  GpuResizeOutput norm16 = norm;
+  norm16.dtype = torch::kBFloat16;
+  for (const bool batched : {true, false}) {
+    const torch::Tensor f = gpu_crop_resize(images, windows, flips, S, batched, norm);
+    const torch::Tensor h = gpu_crop_resize(images, windows, flips, S, batched, norm16);
+    ASSERT_EQ(h.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(h.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(torch::equal(h, f.to(torch::kBFloat16))) << (batched ? "kernel" : "ATen path");
+  }
   // the ATen reference itself flips: the unflipped kernel output of case 1 mirrors the flipped one
   std::vector<char> none(flips.size(), 0);
   const torch::Tensor unflipped = gpu_crop_resize(images, windows, none, S, true).cpu();
@@ -464,13 +474,21 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     o.crop_decode = crop;                   // the GPU path: whole image, or the crop window on the engines
     o.channels_last = crop;                 // and NCHW or channels_last out of its resize kernel
     GpuImageLoader gpu(list.samples, o, dev);
+    o.dtype = torch::kBFloat16;  // data.dtype bfloat16: the same batches rounded
+    GpuImageLoader gpu16(list.samples, o, dev);
     for (int64_t e : {0, 1}) {
       cpu.set_epoch(e);
       gpu.set_epoch(e);
-      Batch a, b;
+      gpu16.set_epoch(e);
+      Batch a, b, h;
       int batches = 0;
       while (cpu.next(a)) {
         ASSERT_TRUE(gpu.next(b));
+        ASSERT_TRUE(gpu16.next(h));
+        ASSERT_EQ(h.images.scalar_type(), torch::kBFloat16);
+        EXPECT_EQ(h.images.strides(), b.images.strides());
+        EXPECT_TRUE(torch::equal(h.images, b.images.to(torch::kBFloat16))) << "bfloat16 batch " << batches;
+        EXPECT_EQ(h.indices, b.indices);
         ++batches;
         ASSERT_EQ(a.images.sizes(), b.images.sizes());
         for (int64_t i = 0; i < a.images.size(0); ++i) {
@@ -484,6 +502,7 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
                     a.indices != b.indices);  // replacements may differ between the paths
       }
       EXPECT_FALSE(gpu.next(b));
+      EXPECT_FALSE(gpu16.next(h));
       EXPECT_GT(batches, 1);
     }
     const GpuDecodeStats st = gpu.stats();

@@ -341,6 +341,38 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
   EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
 }
 
+TEST(BatchDtype, BfloatOnlyForBf16OnAGpuAndRefusedElsewhere) {
+  const torch::Device cpu(torch::kCPU), gpu(torch::kCUDA, 0);  // a device name only: nothing runs on it
+  Config c;                                                     // train.precision bf16, data.dtype auto
+  EXPECT_EQ(batch_dtype(c, cpu), torch::kFloat32) << "the CPU trains in float32";
+  EXPECT_EQ(batch_dtype(c, gpu), torch::kBFloat16);
+  c.train.precision = "fp16";
+  EXPECT_EQ(batch_dtype(c, gpu), torch::kFloat32);
+  c.train.precision = "bf16";
+  c.data.dtype = "float32";
+  EXPECT_EQ(batch_dtype(c, gpu), torch::kFloat32);
+  c.data.dtype = "bfloat16";
+  EXPECT_EQ(batch_dtype(c, gpu), torch::kBFloat16);
+  try {
+    batch_dtype(c, cpu);
+    FAIL() << "bfloat16 batches accepted on the CPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'data.dtype'"), std::string::npos) << e.what();
+  }
+  try {
+    config_from_overrides({"data.dtype=bfloat16", "train.precision=fp32"});
+    FAIL() << "bfloat16 batches accepted with fp32 training";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'data.dtype': bfloat16 batches need train.precision bf16"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(config_from_overrides({"data.dtype=fp16"}), ConfigError);
+  // the loaders' options carry it
+  c.data.dtype = "auto";
+  EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{gpu}).dtype, torch::kBFloat16);
+  EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{cpu}).dtype, torch::kFloat32);
+}
+
 TEST(CudaGraphConfig, RefusedWithoutCudaOrWithAccumulation) {
   EXPECT_THROW(config_from_overrides({"train.cuda_graph=true", "train.accum_steps=2"}), ConfigError);
   Config c = cpu_config("resnet18", 1, 32);

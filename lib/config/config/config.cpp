@@ -135,6 +135,11 @@ Schema fields_of(Config& c) {
   s.add_int("data.eval_limit", &c.data.eval_limit, "use only the first N eval samples, 0 = all", at_least(0));
   s.add_int("data.synthetic_samples", &c.data.synthetic_samples, "synthetic: images per epoch", at_least(1));
   s.add_bool("data.on_gpu", &c.data.on_gpu, "in-memory sources: hold the dataset and augment on the GPU");
+  s.add_string("data.dtype", &c.data.dtype,
+               "the normalised batch's dtype: auto = bfloat16 when training in bf16 on a GPU (what autocast casts the "
+               "first layer's input to, so the loader writes half the bytes and the step skips the cast), float32 "
+               "otherwise",
+               {"auto", "float32", "bfloat16"});
   s.add_string("data.decode", &c.data.decode,
                "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
                "engines where present) with crop, resize and flip on the GPU; auto = time both on a few batches at "
@@ -540,6 +545,9 @@ void validate_config(const Config& c, const std::string& origin) {
   if (c.run.name.empty() || c.run.name.find('/') != std::string::npos)
     fail("run.name", "expected a non-empty folder name without '/'");
   if (c.data.source != "synthetic" && c.data.root.empty()) fail("data.root", "expected a dataset folder");
+  if (c.data.dtype == "bfloat16" && c.train.precision != "bf16")
+    fail("data.dtype", str_cat("bfloat16 batches need train.precision bf16 (got ", c.train.precision,
+                               "): the model takes the batch in the dtype autocast would cast it to"));
   if (c.train.cuda_graph && c.train.accum_steps != 1)
     fail("train.cuda_graph", "a captured step is a whole optimizer step: expected train.accum_steps 1");
 }

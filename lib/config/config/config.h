@@ -61,6 +61,8 @@ struct DataConfig {
   int64_t eval_limit = 0;             // use only the first N eval samples, 0 = all
   int64_t synthetic_samples = 10000;  // synthetic: images per epoch
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
+  std::string dtype = "auto";         // of the normalised batch: auto (bfloat16 when training in bf16 on a GPU) |
+                                      // float32 | bfloat16
   std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (measured)
   double cache_gb = 0.0;              // image files: keep samples in RAM after the first read, up to N GiB
   std::string cache = "encoded";      // encoded (the files' bytes) | decoded (full RGB images: no decode later)

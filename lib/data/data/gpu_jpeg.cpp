@@ -241,7 +241,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vecto
 // ---- crop + resize + flip of a batch ----
 
 GpuResizeOutput GpuResizeOutput::normalized(const std::vector<double>& mean, const std::vector<double>& std,
-                                            bool channels_last) {
+                                            bool channels_last, torch::ScalarType dtype) {
   TRAINER_CHECK(mean.size() == 3 && std.size() == 3, "GpuResizeOutput: three means and three stds");
   GpuResizeOutput o;
   o.normalize = true;
@@ -250,6 +250,7 @@ GpuResizeOutput GpuResizeOutput::normalized(const std::vector<double>& mean, con
     o.inv_std255[c] = static_cast<float>(1.0 / (255.0 * std[c]));
   }
   o.channels_last = channels_last;
+  o.dtype = dtype;
   return o;
 }
 
@@ -268,6 +269,8 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
                 "gpu_crop_resize: one window and one flip per image");
   const int64_t B = static_cast<int64_t>(images.size());
   const torch::Device device = images[0].device();
+  TRAINER_CHECK(norm.dtype == torch::kFloat32 || norm.dtype == torch::kBFloat16,
+                "gpu_crop_resize: the output is float32 or bfloat16, not ", norm.dtype);
   for (size_t i = 0; i < images.size(); ++i) {
     const torch::Tensor& t = images[i];
     const Rect& r = windows[i];
@@ -279,10 +282,10 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
                   t.size(1), "x", t.size(0), " pixels");
   }
   const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
-  torch::Tensor x = torch::empty({B, 3, size, size},
-                                 torch::TensorOptions().dtype(torch::kFloat32).device(device).memory_format(format));
 #ifdef TRAINER_WITH_KERNELS
   if (batched_kernel) {
+    torch::Tensor x = torch::empty({B, 3, size, size},
+                                   torch::TensorOptions().dtype(norm.dtype).device(device).memory_format(format));
     TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
     std::vector<CropResizeJob> jobs(static_cast<size_t>(B));
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -309,13 +312,16 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
     }
     o.channels_last = norm.channels_last ? 1 : 0;
     const int err = launch_crop_resize(reinterpret_cast<const CropResizeJob*>(dev.data_ptr<uint8_t>()),
-                                       static_cast<int>(B), static_cast<int>(size), x.data_ptr<float>(), stream, o);
+                                       static_cast<int>(B), static_cast<int>(size), x.data_ptr(),
+                                       norm.dtype == torch::kBFloat16, stream, o);
     TRAINER_CHECK(err == 0, "gpu_crop_resize: kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
     return x;
   }
 #else
   TRAINER_CHECK(!batched_kernel, "gpu_crop_resize: this build has no CUDA kernels of its own (nvcc not found)");
 #endif
+  torch::Tensor x = torch::empty({B, 3, size, size},
+                                 torch::TensorOptions().dtype(torch::kFloat32).device(device).memory_format(format));
   for (int64_t i = 0; i < B; ++i) {
     const torch::Tensor& t = images[static_cast<size_t>(i)];
     const Rect& r = windows[static_cast<size_t>(i)];
@@ -329,7 +335,7 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
     x.sub_(torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}, f).view({1, 3, 1, 1}).to(device))
         .mul_(torch::tensor({norm.inv_std255[0], norm.inv_std255[1], norm.inv_std255[2]}, f).view({1, 3, 1, 1}).to(device));
   }
-  return x;
+  return x.to(norm.dtype);
 }
 
 // ---- the loader ----
@@ -355,7 +361,7 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   decoder_ = std::make_unique<GpuJpegDecoder>(device);
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
-  normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last);
+  normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last, opt_.dtype);
   const auto& n = normalized_;
   mean255_ = torch::tensor({n.mean255[0], n.mean255[1], n.mean255[2]}).view({1, 3, 1, 1}).to(device_);
   inv_std255_ = torch::tensor({n.inv_std255[0], n.inv_std255[1], n.inv_std255[2]}).view({1, 3, 1, 1}).to(device_);
@@ -686,6 +692,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
       augmenter.normalize_(x, out.indices, epoch, opt_.train, mean255_, inv_std255_);
+      x = x.to(opt_.dtype);
       if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     }
     const double augment_host_ms = ms_since(t_augment);

@@ -78,7 +78,7 @@ struct GpuDecodeStats {
 };
 
 // Crop + antialiased bilinear resize (ATen's _upsample_bilinear2d_aa) + horizontal flip of (H, W, 3) uint8 device
-// images into one (B, 3, size, size) float batch, 0..255 unless normalised, on the current stream. With `batched_kernel` one CUDA
+// images into one (B, 3, size, size) float32 (or bfloat16) batch, 0..255 unless normalised, on the current stream. With `batched_kernel` one CUDA
 // kernel does the whole batch (where this build has it: gpu_crop_resize_kernel_available()); otherwise ATen ops
 // per sample.
 // Images may be strided (H, W, 3) views, e.g. of planar decodes. `out` may fold the normalisation and the
@@ -87,9 +87,10 @@ struct GpuResizeOutput {
   bool normalize = false;  // (v - mean255[c]) * inv_std255[c]
   float mean255[3] = {0.f, 0.f, 0.f}, inv_std255[3] = {1.f, 1.f, 1.f};
   bool channels_last = false;
+  torch::ScalarType dtype = torch::kFloat32;  // or kBFloat16: the float32 result rounded as a cast would
   // Normalised by a per-channel mean and std given on the 0..1 scale (data.mean, data.std).
   static GpuResizeOutput normalized(const std::vector<double>& mean, const std::vector<double>& std,
-                                    bool channels_last);
+                                    bool channels_last, torch::ScalarType dtype = torch::kFloat32);
 };
 bool gpu_crop_resize_kernel_available();
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
@@ -98,8 +99,8 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 
 // A Loader over image files/shards with GPU decode. A producer thread prepares up to `opt.prefetch` batches
 // ahead (its host work -- nvJPEG submission, one resize launch per sample -- stays off the training thread);
-// `opt.workers` threads read files and decode fallbacks. Output as ImageLoader's: normalised float (B,3,S,S) on
-// the device, channels_last when asked; the compute stream waits on each batch's event.
+// `opt.workers` threads read files and decode fallbacks. Output as ImageLoader's: normalised (B,3,S,S) of
+// opt.dtype on the device, channels_last when asked; the compute stream waits on each batch's event.
 // Training: once the producer has made the last batch of an epoch it goes on with the first batches of the
 // next one (the same order and draws set_epoch(epoch + 1) gives), so that the engines' decode latency is not paid
 // at every epoch start; set_epoch(epoch + 1) after the whole epoch was taken keeps them, any other call starts

@@ -43,6 +43,7 @@ struct ImageLoaderOptions {
   std::vector<double> std = {0.229, 0.224, 0.225};
   AugmentOptions augment;       // train: colour jitter and random erasing on the device
   bool channels_last = true;
+  torch::ScalarType dtype = torch::kFloat32;  // of the normalised batch: float32 or bfloat16 (data.dtype)
   int workers = 4;              // decode threads
   int prefetch = 4;             // batches decoded ahead (ring slots = prefetch + 1)
   bool dct_scale = true;        // decode at 1/2, 1/4, 1/8 when the crop allows

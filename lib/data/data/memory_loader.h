@@ -30,6 +30,7 @@ struct MemoryLoaderOptions {
   std::vector<double> std;
   AugmentOptions augment;       // train: colour jitter and random erasing on the device
   bool channels_last = true;     // return NHWC-strided (B,C,H,W) tensors
+  torch::ScalarType dtype = torch::kFloat32;  // of the normalised batch: float32 or bfloat16 (data.dtype)
 };
 
 // Random draws of one training sample, made before any pixel moves (testable apart from pixel math).

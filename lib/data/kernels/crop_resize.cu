@@ -1,5 +1,6 @@
 #include "crop_resize.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace trainer {
@@ -28,6 +29,9 @@ __device__ __forceinline__ Span span(int i, int in, int out) {
   return s;
 }
 
+__device__ __forceinline__ void store(float* q, float v) { *q = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* q, float v) { *q = __float2bfloat16_rn(v); }  // as ATen's cast
+
 constexpr int kTileW = 32, kTileH = 8;  // output pixels per block (a warp per row)
 constexpr int kMaxTaps = 16;            // weights tabled per block while a filter has at most this many taps
 
@@ -50,8 +54,9 @@ __device__ __forceinline__ int weights(int i, int in, int out, float* w, int str
 // size, which is every crop of a decoded region) the block tables both axes' weights once in shared memory and
 // each thread sums its taps with them; longer filters (a whole large photo to a small output) compute each weight
 // where it is used.
+template <typename Out>
 __global__ void __launch_bounds__(kTileW * kTileH) crop_resize_kernel(const CropResizeJob* __restrict__ jobs,
-                                                                      int size, float* __restrict__ out,
+                                                                      int size, Out* __restrict__ out,
                                                                       CropResizeOutput o) {
   __shared__ float wx_s[kMaxTaps][kTileW];  // [tap][column]: a warp reads consecutive banks
   __shared__ float wy_s[kTileH][kMaxTaps];  // [row][tap]: a warp (one row) reads one word, broadcast
@@ -123,26 +128,30 @@ __global__ void __launch_bounds__(kTileW * kTileH) crop_resize_kernel(const Crop
   const int64_t plane = static_cast<int64_t>(size) * size;
   const float v[3] = {(r - o.mean[0]) * o.inv_std[0], (g - o.mean[1]) * o.inv_std[1], (b - o.mean[2]) * o.inv_std[2]};
   if (o.channels_last) {
-    float* q = out + ((static_cast<int64_t>(blockIdx.z) * size + oy) * size + col) * 3;
-    q[0] = v[0];
-    q[1] = v[1];
-    q[2] = v[2];
+    Out* q = out + ((static_cast<int64_t>(blockIdx.z) * size + oy) * size + col) * 3;
+    store(q, v[0]);
+    store(q + 1, v[1]);
+    store(q + 2, v[2]);
   } else {
-    float* q = out + static_cast<int64_t>(blockIdx.z) * 3 * plane + static_cast<int64_t>(oy) * size + col;
-    q[0] = v[0];
-    q[plane] = v[1];
-    q[2 * plane] = v[2];
+    Out* q = out + static_cast<int64_t>(blockIdx.z) * 3 * plane + static_cast<int64_t>(oy) * size + col;
+    store(q, v[0]);
+    store(q + plane, v[1]);
+    store(q + 2 * plane, v[2]);
   }
 }
 
 }  // namespace
 
-int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, float* out, void* stream,
+int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, void* out, bool bf16, void* stream,
                        const CropResizeOutput& o) {
   if (batch <= 0 || size <= 0) return 0;
   const dim3 block(kTileW, kTileH);
   const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, batch);
-  crop_resize_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(jobs, size, out, o);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (bf16)
+    crop_resize_kernel<<<grid, block, 0, s>>>(jobs, size, static_cast<__nv_bfloat16*>(out), o);
+  else
+    crop_resize_kernel<<<grid, block, 0, s>>>(jobs, size, static_cast<float*>(out), o);
   return static_cast<int>(cudaGetLastError());
 }
 

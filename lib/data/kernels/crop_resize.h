@@ -24,9 +24,10 @@ struct CropResizeOutput {
   int32_t channels_last = 0;
 };
 
-// out: (batch, 3, size, size) float32 on the device (memory order per `o`). jobs: `batch` jobs in device memory.
-// Queued on `stream` (a cudaStream_t); returns the launch's cudaError_t (0 = success).
-int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, float* out, void* stream,
+// out: (batch, 3, size, size) on the device, float32, or bfloat16 where `bf16` (rounded to nearest even, as a cast
+// of the float32 result); memory order per `o`. jobs: `batch` jobs in device memory. Queued on `stream` (a
+// cudaStream_t); returns the launch's cudaError_t (0 = success).
+int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, void* out, bool bf16, void* stream,
                        const CropResizeOutput& o = CropResizeOutput{});
 
 }  // namespace trainer

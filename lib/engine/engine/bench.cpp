@@ -38,7 +38,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   torch::manual_seed(cfg.run.seed);
   Batch batch;
   if (!pipeline) {
-    batch.images = torch::randn({B, C, S, S}, gen_opts.dtype(torch::kFloat32));
+    // as the loaders would give it: normalised, in data.dtype
+    batch.images = torch::randn({B, C, S, S}, gen_opts.dtype(torch::kFloat32)).to(batch_dtype(cfg, ctx.device));
     if (ctx.device.is_cuda() && cfg.model.channels_last)
       batch.images = batch.images.contiguous(torch::MemoryFormat::ChannelsLast);
     batch.labels = torch::randint(cfg.model.num_classes, {B}, gen_opts.dtype(torch::kInt64));

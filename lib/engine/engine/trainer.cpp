@@ -189,6 +189,7 @@ void Trainer::build_data() {
   o.mean = d.mean.empty() ? defaults.mean : d.mean;
   o.std = d.std.empty() ? defaults.std : d.std;
   o.channels_last = ctx_.device.is_cuda() && cfg_.model.channels_last;
+  o.dtype = batch_dtype(cfg_, ctx_.device);
   o.augment = augment_options(d);
   TRAINER_CHECK(d.jitter.empty() || cfg_.model.in_chans == 3, "key 'data.jitter': colour jitter needs RGB images, ",
                 "model.in_chans is ", cfg_.model.in_chans);
@@ -200,6 +201,20 @@ void Trainer::build_data() {
     e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
     eval_loader_ = std::make_unique<MemoryLoader>(std::move(eval), e, data_device);
   }
+}
+
+torch::ScalarType batch_dtype(const Config& cfg, torch::Device device) {
+  const std::string& d = cfg.data.dtype;
+  if (d == "float32") return torch::kFloat32;
+  const bool bf16_on_gpu = device.is_cuda() && cfg.train.precision == "bf16";
+  if (d == "bfloat16") {
+    if (!bf16_on_gpu)
+      throw ConfigError(str_cat("key 'data.dtype': bfloat16 needs a CUDA device with train.precision bf16 (on ",
+                                device.str(), " the model trains in float32)"));
+    return torch::kBFloat16;
+  }
+  if (d != "auto") throw ConfigError(str_cat("key 'data.dtype': expected auto, float32 or bfloat16, got '", d, "'"));
+  return bf16_on_gpu ? torch::kBFloat16 : torch::kFloat32;
 }
 
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
@@ -218,6 +233,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.mean = d.mean.empty() ? defaults.mean : d.mean;
   o.std = d.std.empty() ? defaults.std : d.std;
   o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
+  o.dtype = batch_dtype(cfg, ctx.device);
   o.augment = augment_options(d);
   // default: the machine's cores less two, shared by the ranks on it
   const int cores = static_cast<int>(std::thread::hardware_concurrency());

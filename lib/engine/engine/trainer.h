@@ -36,6 +36,9 @@ struct RunContext {
   bool writer() const { return rank == 0; }
 };
 
+// The dtype of the normalised batches the loaders give (data.dtype): auto is bfloat16 when training in bf16 on a
+// GPU, float32 otherwise; bfloat16 asked for on the CPU (where the model trains in float32) is an error.
+torch::ScalarType batch_dtype(const Config& cfg, torch::Device device);
 // The CPU image pipeline's options from a config (shared by training, eval and bench-data).
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
 // The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (both timed on a
