@@ -5,7 +5,6 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
-#   chunk (temporary A/B: the resize kernel in launches of 32 images against one launch a batch)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
@@ -144,25 +143,6 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
-    ;;
-  chunk)  # temporary A/B (TRAINER_AB_RESIZE_CHUNK): the batch's resize kernel in launches of 32 images against one
-          # launch: GpuDecode tests both ways, ResNet-50 end to end (four interleaved repeats), then the issue's
-          # pipeline-alone figures against both DataLoader baselines
-    jpeg_set
-    for c in 0 4; do
-      TRAINER_AB_RESIZE_CHUNK=$c build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.*' > "$out/gpudecode_test_chunk$c.log" 2>&1
-      echo "GpuDecode tests, chunk $c: rc $? $(grep -c 'OK \]' "$out/gpudecode_test_chunk$c.log") passed"
-    done
-    e2e=("${e2e100[@]}")
-    for rep in 1 2 3 4; do
-      erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
-      TRAINER_AB_RESIZE_CHUNK=32 erun resnet50_bf16_pipeline_gpudecode_chunk32_$rep "${gpudec[@]}"
-    done
-    for rep in 1 2; do
-      $T bench-data "${gpudata[@]}" --out "$out/bench/data_gpu_$rep.json" 2>&1 | grep -E "bench-data|error"
-    done
-    dataloaders
     ;;
   dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
           # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -312,12 +311,9 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
       o.inv_std[c] = norm.inv_std255[c];
     }
     o.channels_last = norm.channels_last ? 1 : 0;
-    // temporary A/B (next device call): the batch in launches of TRAINER_AB_RESIZE_CHUNK images, so that a
-    // training kernel queued meanwhile waits for one launch's blocks, not the whole batch's (run22)
-    static const int chunk = std::getenv("TRAINER_AB_RESIZE_CHUNK") ? std::atoi(std::getenv("TRAINER_AB_RESIZE_CHUNK")) : 0;
     const int err = launch_crop_resize(reinterpret_cast<const CropResizeJob*>(dev.data_ptr<uint8_t>()),
                                        static_cast<int>(B), static_cast<int>(size), x.data_ptr(),
-                                       norm.dtype == torch::kBFloat16, stream, o, chunk);
+                                       norm.dtype == torch::kBFloat16, stream, o);
     TRAINER_CHECK(err == 0, "gpu_crop_resize: kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
     return x;
   }

@@ -143,22 +143,16 @@ __global__ void __launch_bounds__(kTileW * kTileH) crop_resize_kernel(const Crop
 }  // namespace
 
 int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, void* out, bool bf16, void* stream,
-                       const CropResizeOutput& o, int chunk) {
+                       const CropResizeOutput& o) {
   if (batch <= 0 || size <= 0) return 0;
-  if (chunk <= 0) chunk = batch;
   const dim3 block(kTileW, kTileH);
+  const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, batch);
   const auto s = static_cast<cudaStream_t>(stream);
-  const int64_t per_image = int64_t(3) * size * size;  // the batch is the outermost dimension in both layouts
-  for (int z = 0; z < batch; z += chunk) {
-    const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, min(chunk, batch - z));
-    if (bf16)
-      crop_resize_kernel<<<grid, block, 0, s>>>(jobs + z, size, static_cast<__nv_bfloat16*>(out) + z * per_image, o);
-    else
-      crop_resize_kernel<<<grid, block, 0, s>>>(jobs + z, size, static_cast<float*>(out) + z * per_image, o);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return static_cast<int>(err);
-  }
-  return 0;
+  if (bf16)
+    crop_resize_kernel<<<grid, block, 0, s>>>(jobs, size, static_cast<__nv_bfloat16*>(out), o);
+  else
+    crop_resize_kernel<<<grid, block, 0, s>>>(jobs, size, static_cast<float*>(out), o);
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace trainer
