@@ -5,7 +5,6 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
-#   ahead (temporary A/B: the captured step with the host at most 1 or 2 replays ahead of the GPU)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
@@ -144,18 +143,6 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
-    ;;
-  ahead)  # temporary A/B (TRAINER_AB_GRAPH_AHEAD): the captured step (train.cuda_graph) with the training thread
-          # at most 1 or 2 replays ahead of the GPU, against unbounded; GPU decode (4 threads) and synthetic
-    jpeg_set
-    e2e=("${e2e100[@]}" --set train.cuda_graph=true)
-    for rep in 1 2; do
-      erun resnet50_bf16_graph_synthetic_$rep
-      erun resnet50_bf16_graph_gpudecode_$rep "${gpudec[@]}"
-      TRAINER_AB_GRAPH_AHEAD=1 erun resnet50_bf16_graph_gpudecode_ahead1_$rep "${gpudec[@]}"
-      TRAINER_AB_GRAPH_AHEAD=2 erun resnet50_bf16_graph_gpudecode_ahead2_$rep "${gpudec[@]}"
-    done
-    TRAINER_AB_GRAPH_AHEAD=2 erun resnet50_bf16_graph_synthetic_ahead2
     ;;
   dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
           # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step

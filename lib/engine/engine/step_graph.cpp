@@ -3,8 +3,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include <deque>
-
 #include "core/check.h"
 #ifdef TRAINER_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -18,13 +16,12 @@ namespace trainer {
 #ifdef TRAINER_WITH_CUDA
 struct StepGraph::Impl {
   at::cuda::CUDAGraph graph;
-  std::deque<at::cuda::CUDAEvent> queued;  // max_ahead: an event behind each replay still in flight
 };
 #else
 struct StepGraph::Impl {};
 #endif
 
-StepGraph::StepGraph(int max_ahead) : impl_(std::make_unique<Impl>()), max_ahead_(max_ahead) {}
+StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
 StepGraph::~StepGraph() = default;
 
 void StepGraph::capture(const torch::Tensor& images, const torch::Tensor& targets, const Body& body) {
@@ -74,15 +71,6 @@ void StepGraph::replay(const torch::Tensor& images, const torch::Tensor& targets
   targets_.copy_(targets, /*non_blocking=*/true);
 #ifdef TRAINER_WITH_CUDA
   impl_->graph.replay();
-  if (max_ahead_ > 0) {
-    auto& q = impl_->queued;
-    q.emplace_back();
-    q.back().record(c10::cuda::getCurrentCUDAStream(images_.device().index()));
-    while (static_cast<int>(q.size()) > max_ahead_) {
-      q.front().synchronize();
-      q.pop_front();
-    }
-  }
 #endif
 }
 

@@ -13,9 +13,7 @@ namespace trainer {
 class StepGraph {
  public:
   using Body = std::function<void(const torch::Tensor& images, const torch::Tensor& targets)>;
-  // max_ahead > 0: replay() waits until at most that many earlier replays are still queued on the GPU (the host
-  // thread otherwise runs as far ahead as its batches allow). Temporary A/B (TRAINER_AB_GRAPH_AHEAD).
-  explicit StepGraph(int max_ahead = 0);
+  StepGraph();
   ~StepGraph();
   bool captured() const { return captured_; }
   // Records body on static copies of images/targets. The body's kernels do not run: replay() runs them.
@@ -28,7 +26,6 @@ class StepGraph {
   std::unique_ptr<Impl> impl_;
   torch::Tensor images_, targets_;
   bool captured_ = false;
-  int max_ahead_ = 0;
 };
 
 }  // namespace trainer

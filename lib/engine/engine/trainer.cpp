@@ -8,7 +8,6 @@
 #endif
 
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 
 #include "core/check.h"
@@ -354,8 +353,7 @@ bool Trainer::train_step(const Batch& batch) {
     // a few eager steps first (cuDNN autotuning, optimizer state, allocator warm), then capture once, replay after
     constexpr int64_t kEagerSteps = 3;
     if (!graph_ && step_ >= start_step_ + kEagerSteps) {
-      const char* ahead = std::getenv("TRAINER_AB_GRAPH_AHEAD");  // temporary A/B, 0 (unbounded) unless set
-      graph_ = std::make_unique<StepGraph>(ahead ? std::atoi(ahead) : 0);
+      graph_ = std::make_unique<StepGraph>();
       graph_->capture(images, targets, [this](const torch::Tensor& x, const torch::Tensor& y) {
         forward_backward(x, y, /*last_micro=*/true);
         optimizer_step();
