@@ -5,6 +5,7 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   states (temporary A/B: nvJPEG with 6 decode states in turn against 2, eager and captured)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
@@ -143,6 +144,24 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
+    ;;
+  states)  # temporary A/B (TRAINER_AB_NVJPEG_STATES): nvJPEG with 6 decode states used in turn (six batches in
+           # flight) against 2: the GpuDecode tests with 6, then ResNet-50 end to end, eager (three interleaved
+           # repeats) and captured (two), GPU decode with 4 threads, synthetic alongside
+    jpeg_set
+    TRAINER_AB_NVJPEG_STATES=6 build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.*' > "$out/gpudecode_test_states6.log" 2>&1
+    echo "GpuDecode tests with 6 states: rc $? $(grep -c 'OK \]' "$out/gpudecode_test_states6.log") passed"
+    e2e=("${e2e100[@]}")
+    for rep in 1 2 3; do
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
+      TRAINER_AB_NVJPEG_STATES=6 erun resnet50_bf16_pipeline_gpudecode_states6_$rep "${gpudec[@]}"
+    done
+    for rep in 1 2; do
+      erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
+      erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${gpudec[@]}"
+      TRAINER_AB_NVJPEG_STATES=6 erun resnet50_bf16_graph_gpudecode_states6_$rep --set train.cuda_graph=true "${gpudec[@]}"
+    done
     ;;
   dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
           # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -46,12 +47,16 @@ bool gpu_decode_available() { return true; }
 
 struct GpuJpegDecoder::Impl {
   nvjpegHandle_t handle = nullptr;
-  // Two decode states used in turn, so one batch can be submitted while the previous one is still decoding; a
-  // state is reused only after the event recorded behind its last decode has passed.
-  nvjpegJpegState_t state[2] = {nullptr, nullptr};
-  cudaEvent_t done[2] = {nullptr, nullptr};
-  std::vector<nvjpegDecodeParams_t> params[2];  // per image of a batch with regions, per state
-  int turn = 0;
+  // Decode states used in turn, so a batch can be submitted while earlier ones are still decoding; a state is
+  // reused only after the event recorded behind its last decode has passed. Two; temporary A/B:
+  // TRAINER_AB_NVJPEG_STATES (more batches in flight, for the captured step, run33).
+  struct Slot {
+    nvjpegJpegState_t state = nullptr;
+    cudaEvent_t done = nullptr;
+    std::vector<nvjpegDecodeParams_t> params;  // per image of a batch with regions
+  };
+  std::vector<Slot> slots;
+  size_t turn = 0;
   bool hardware = false;
   // interleaved RGB (planar output was measured too, run20: no faster, end to end or alone)
   const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
@@ -75,21 +80,23 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Im
   } else {
     TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
   }
-  for (int k = 0; k < 2; ++k) {
-    TRAINER_NVJPEG(nvjpegJpegStateCreate(impl_->handle, &impl_->state[k]), "state create");
-    TRAINER_CHECK(cudaEventCreateWithFlags(&impl_->done[k], cudaEventDisableTiming) == cudaSuccess,
+  const char* n = std::getenv("TRAINER_AB_NVJPEG_STATES");
+  impl_->slots.resize(static_cast<size_t>(std::max(2, n ? std::atoi(n) : 2)));
+  for (auto& slot : impl_->slots) {
+    TRAINER_NVJPEG(nvjpegJpegStateCreate(impl_->handle, &slot.state), "state create");
+    TRAINER_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming) == cudaSuccess,
                   "cudaEventCreate failed");
   }
 }
 
 GpuJpegDecoder::~GpuJpegDecoder() {
-  for (int k = 0; k < 2; ++k) {
-    if (impl_->done[k]) {
-      cudaEventSynchronize(impl_->done[k]);
-      cudaEventDestroy(impl_->done[k]);
+  for (auto& slot : impl_->slots) {
+    if (slot.done) {
+      cudaEventSynchronize(slot.done);
+      cudaEventDestroy(slot.done);
     }
-    for (nvjpegDecodeParams_t p : impl_->params[k]) nvjpegDecodeParamsDestroy(p);
-    if (impl_->state[k]) nvjpegJpegStateDestroy(impl_->state[k]);
+    for (nvjpegDecodeParams_t p : slot.params) nvjpegDecodeParamsDestroy(p);
+    if (slot.state) nvjpegJpegStateDestroy(slot.state);
   }
   for (nvjpegDecodeParams_t p : impl_->checks) nvjpegDecodeParamsDestroy(p);
   for (nvjpegJpegStream_t p : impl_->parsers) nvjpegJpegStreamDestroy(p);
@@ -102,8 +109,8 @@ void GpuJpegDecoder::preallocate(int batch) {
   if (!impl_->hardware || batch < 1) return;
   c10::cuda::CUDAGuard guard(device_.index());
   // size hints of 1 x 1: the call is what sets the engines' memory pool up; it grows to the files' sizes
-  for (int k = 0; k < 2; ++k)
-    TRAINER_NVJPEG(nvjpegDecodeBatchedPreAllocate(impl_->handle, impl_->state[k], batch, 1, 1, NVJPEG_CSS_444,
+  for (auto& slot : impl_->slots)
+    TRAINER_NVJPEG(nvjpegDecodeBatchedPreAllocate(impl_->handle, slot.state, batch, 1, 1, NVJPEG_CSS_444,
                                                   impl_->format),
                    "batched pre-allocation");
 }
@@ -170,9 +177,9 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
     if (x.chroma != y.chroma) return x.chroma < y.chroma;
     return int64_t(x.width) * x.height > int64_t(y.width) * y.height;
   });
-  const int k = impl_->turn;
-  impl_->turn ^= 1;
-  auto& params = impl_->params[k];
+  Impl::Slot& slot = impl_->slots[impl_->turn];
+  impl_->turn = (impl_->turn + 1) % impl_->slots.size();
+  auto& params = slot.params;
   if (regions)
     while (params.size() < which.size()) params.push_back(impl_->new_params());
   std::vector<const unsigned char*> data;
@@ -208,16 +215,16 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
     out[i] = t;
   }
   const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
-  TRAINER_CHECK(cudaEventSynchronize(impl_->done[k]) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
-  bool ok = nvjpegDecodeBatchedInitialize(impl_->handle, impl_->state[k], static_cast<int>(data.size()), 1,
+  TRAINER_CHECK(cudaEventSynchronize(slot.done) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
+  bool ok = nvjpegDecodeBatchedInitialize(impl_->handle, slot.state, static_cast<int>(data.size()), 1,
                                           impl_->format) == NVJPEG_STATUS_SUCCESS;
   if (ok && regions)
-    ok = nvjpegDecodeBatchedEx(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(),
+    ok = nvjpegDecodeBatchedEx(impl_->handle, slot.state, data.data(), lengths.data(), dst.data(),
                                params.data(), s) == NVJPEG_STATUS_SUCCESS;
   else if (ok)
-    ok = nvjpegDecodeBatched(impl_->handle, impl_->state[k], data.data(), lengths.data(), dst.data(), s) ==
+    ok = nvjpegDecodeBatched(impl_->handle, slot.state, data.data(), lengths.data(), dst.data(), s) ==
          NVJPEG_STATUS_SUCCESS;
-  cudaEventRecord(impl_->done[k], s);
+  cudaEventRecord(slot.done, s);
   if (!ok) {  // one bad bitstream fails the batch: everything goes to the CPU decoder
     for (size_t i : which) out[i] = torch::Tensor();
   }
