@@ -55,6 +55,24 @@ AugmentOptions augment_options(const DataConfig& d) {
   return a;
 }
 
+// What both kinds of loader options (MemoryLoaderOptions, ImageLoaderOptions) take from the config alike.
+template <class Options>
+void set_batch_options(Options& o, const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
+  const DataConfig& d = cfg.data;
+  o.batch_size = d.batch_size;
+  o.seed = cfg.run.seed;
+  o.rank = ctx.rank;
+  o.world_size = ctx.world_size;
+  o.drop_last = d.drop_last;
+  o.image_size = d.image_size;
+  o.hflip = d.hflip;
+  o.mean = d.mean.empty() ? defaults.mean : d.mean;
+  o.std = d.std.empty() ? defaults.std : d.std;
+  o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
+  o.dtype = batch_dtype(cfg, ctx.device);
+  o.augment = augment_options(d);
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg), ctx_(ctx) {
@@ -177,20 +195,9 @@ void Trainer::build_data() {
                 " but model.num_classes is ", cfg_.model.num_classes);
 
   MemoryLoaderOptions o;
-  o.batch_size = d.batch_size;
-  o.seed = cfg_.run.seed;
-  o.rank = ctx_.rank;
-  o.world_size = ctx_.world_size;
-  o.drop_last = d.drop_last;
+  set_batch_options(o, cfg_, defaults, ctx_);
   o.crop = d.train_crop;
   o.crop_pad = d.crop_pad;
-  o.hflip = d.hflip;
-  o.image_size = d.image_size;
-  o.mean = d.mean.empty() ? defaults.mean : d.mean;
-  o.std = d.std.empty() ? defaults.std : d.std;
-  o.channels_last = ctx_.device.is_cuda() && cfg_.model.channels_last;
-  o.dtype = batch_dtype(cfg_, ctx_.device);
-  o.augment = augment_options(d);
   TRAINER_CHECK(d.jitter.empty() || cfg_.model.in_chans == 3, "key 'data.jitter': colour jitter needs RGB images, ",
                 "model.in_chans is ", cfg_.model.in_chans);
   const torch::Device data_device = d.on_gpu ? ctx_.device : torch::Device(torch::kCPU);
@@ -220,21 +227,10 @@ torch::ScalarType batch_dtype(const Config& cfg, torch::Device device) {
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
   const DataConfig& d = cfg.data;
   ImageLoaderOptions o;
-  o.batch_size = d.batch_size;
-  o.seed = cfg.run.seed;
-  o.rank = ctx.rank;
-  o.world_size = ctx.world_size;
-  o.drop_last = d.drop_last;
-  o.image_size = d.image_size;
+  set_batch_options(o, cfg, defaults, ctx);
   o.crop_pct = d.crop_pct > 0 ? d.crop_pct : defaults.crop_pct;
   o.rrc_scale = d.rrc_scale;
   o.rrc_ratio = d.rrc_ratio;
-  o.hflip = d.hflip;
-  o.mean = d.mean.empty() ? defaults.mean : d.mean;
-  o.std = d.std.empty() ? defaults.std : d.std;
-  o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
-  o.dtype = batch_dtype(cfg, ctx.device);
-  o.augment = augment_options(d);
   // default: the machine's cores less two, shared by the ranks on it
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
