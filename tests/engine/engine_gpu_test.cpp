@@ -352,6 +352,36 @@ TEST(GpuDecode, BatchedCropResizeKernelMatchesAtenPerSample) {
   EXPECT_FALSE(torch::allclose(unflipped[1], fast[1]));
 }
 
+// nvJPEG's hardware path writes a batch's pixels when the call is made, not in stream order (torchcodec #1634).
+// So a block the caching allocator frees on the decode's stream while a read of it is still queued must never
+// become the decode's output: queue ~50 ms of work, then a sum over a buffer of exactly the decode's output size,
+// free the buffer and decode on the same stream; the sum must still see the buffer's own bytes.
+TEST(GpuDecode, DecodeNeverOverwritesMemoryQueuedWorkStillReads) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  torch::Device dev(torch::kCUDA, 0);
+  GpuJpegDecoder gpu(dev);
+  const std::string bytes = test::read_file(fx + "/baseline.jpg");
+  const GpuJpegDecoder::Files in = {{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}};
+  const auto info = gpu.inspect(in);
+  ASSERT_TRUE(info[0].supported);
+  const int64_t n = int64_t(info[0].width) * info[0].height * 3;  // bytes of the decode's output buffer
+  const torch::Tensor a = torch::randn({4096, 4096}, torch::TensorOptions().device(dev)).div_(64);
+  int wrong = 0;
+  for (int it = 0; it < 20; ++it) {
+    torch::Tensor victim = torch::full({n}, 7, torch::TensorOptions().dtype(torch::kUInt8).device(dev));
+    torch::Tensor b = a;
+    for (int k = 0; k < 20; ++k) b = torch::tanh(b.matmul(a));  // queued ahead of the read
+    const torch::Tensor sum = victim.sum(torch::kInt64);        // the read, still queued
+    victim.reset();                                             // freed on this stream meanwhile
+    const auto out = gpu.decode(in, info);
+    ASSERT_TRUE(out[0].defined());
+    if (sum.item<int64_t>() != 7 * n) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0) << "the decode wrote into memory a queued read still used, in " << wrong << " of 20 tries ("
+                      << (gpu.hardware() ? "hardware engines" : "default backend") << ")";
+}
+
 TEST(GpuDecode, NvjpegPixelsMatchTheCpuDecoder) {
   REQUIRE_NVJPEG();
   const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -57,6 +58,13 @@ struct GpuJpegDecoder::Impl {
   };
   std::vector<Slot> slots;
   size_t turn = 0;
+  // The engines write a batch's pixels when nvjpegDecodeBatched is called, not in stream order (torchcodec
+  // #1634: with work queued, the call returns at once and the output is already written). A buffer from the
+  // caching allocator on the decode's stream may be a block freed there with reads of it still queued; so the
+  // output buffers come from this stream, on which nothing is ever queued, and are marked as used on the decode's
+  // stream (record_stream): a freed buffer goes back to the pool only once those uses have run. One such stream
+  // per device for the process, never destroyed (buffers allocated on it may outlive any decoder).
+  cudaStream_t alloc_stream = nullptr;
   bool hardware = false;
   // interleaved RGB (planar output was measured too, run20: no faster, end to end or alone)
   const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
@@ -79,6 +87,15 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Im
     impl_->hardware = true;
   } else {
     TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
+  }
+  {
+    static std::mutex mu;
+    static std::map<int, cudaStream_t> streams;
+    std::lock_guard<std::mutex> lock(mu);
+    cudaStream_t& st = streams[device.index()];
+    if (!st)
+      TRAINER_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate failed");
+    impl_->alloc_stream = st;
   }
   const char* n = std::getenv("TRAINER_AB_NVJPEG_STATES");
   impl_->slots.resize(static_cast<size_t>(std::max(2, n ? std::atoi(n) : 2)));
@@ -192,7 +209,13 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
   };
   int64_t total = 0;
   for (size_t i : which) total += int64_t(dims(i).first) * dims(i).second * 3;
-  const torch::Tensor buffer = torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+  torch::Tensor buffer;
+  {
+    c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromExternal(impl_->alloc_stream, device_.index()));
+    buffer = torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  }
+  buffer.record_stream(current);
   int64_t offset = 0;
   for (size_t j = 0; j < which.size(); ++j) {
     const size_t i = which[j];
@@ -214,7 +237,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
                      "set region");
     out[i] = t;
   }
-  const cudaStream_t s = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  const cudaStream_t s = current.stream();
   TRAINER_CHECK(cudaEventSynchronize(slot.done) == cudaSuccess, "nvJPEG: an earlier decode failed on the device");
   bool ok = nvjpegDecodeBatchedInitialize(impl_->handle, slot.state, static_cast<int>(data.size()), 1,
                                           impl_->format) == NVJPEG_STATUS_SUCCESS;
