@@ -72,4 +72,11 @@ class BatchAugmenter {
   uint64_t seed_;
 };
 
+// A loader's normalised float batch as it is handed out: in `dtype` (data.dtype) and channels_last or
+// contiguous, in one pass (none where it is both already).
+inline torch::Tensor batch_layout(const torch::Tensor& x, torch::ScalarType dtype, bool channels_last) {
+  return x.to(x.options().dtype(dtype), /*non_blocking=*/false, /*copy=*/false,
+              channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+}
+
 }  // namespace trainer

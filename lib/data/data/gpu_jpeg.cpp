@@ -722,8 +722,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
       augmenter.normalize_(x, out.indices, epoch, opt_.train, mean255_, inv_std255_);
-      x = x.to(opt_.dtype);
-      if (opt_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+      x = batch_layout(x, opt_.dtype, opt_.channels_last);
     }
     const double augment_host_ms = ms_since(t_augment);
     std::lock_guard<std::mutex> lock(mu_);

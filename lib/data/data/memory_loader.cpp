@@ -111,8 +111,7 @@ bool MemoryLoader::next(Batch& out) {
                .align_corners(false));
   }
   if (extra) aug.erase_(x, draws);
-  x = x.to(opt_.dtype);
-  out.images = opt_.channels_last ? x.contiguous(torch::MemoryFormat::ChannelsLast) : x.contiguous();
+  out.images = batch_layout(x, opt_.dtype, opt_.channels_last);
   out.labels = labels_.index_select(0, idx);
   return true;
 }
