@@ -5,6 +5,9 @@
 #   engine (ViT-B / ResNet-50 eager and CUDA-graph steps against PyTorch eager)
 #   pipeline (every input path alone, the torch DataLoader before and after in the same call)
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
+#   auto (data.decode auto deciding while training: ResNet-50 end to end with auto, default threads and 4, against
+#     cpu, gpu and synthetic in the same call; bench-data with auto)
+#   oldalloc (temporary: the out-of-order-write test against the decoder's allocation before 0087c00, from ab/)
 #   states (temporary A/B: nvJPEG with 6 decode states in turn against 2, eager and captured)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
@@ -44,7 +47,7 @@ gpudec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
 gpudata=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=100 --set data.decode=gpu --set data.workers=4)
 # one `trainer bench` run named $1: the phase's e2e=(...) arguments, then the rest
 erun() { local name=$1; shift; $T bench "${e2e[@]}" "$@" --out "$out/bench/$name.json" 2>&1 \
-  | grep -E "bench resnet50|error" | sed "s/^/$name: /"; }
+  | grep -E "bench resnet50|error|decode auto" | sed "s/^/$name: /"; }
 case "$phase" in
   build)
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1
@@ -144,6 +147,35 @@ case "$phase" in
       erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
     done
     erun resnet50_bf16_pipeline_cpudecode --set bench.data=pipeline
+    ;;
+  auto)  # data.decode auto decides while training: ResNet-50 end to end with auto (default threads, and 4) against
+         # cpu (default threads), gpu (4 threads) and synthetic, interleaved, two repeats; then bench-data with auto
+    jpeg_set
+    e2e=("${e2e100[@]}")
+    pipe=(--set bench.data=pipeline)
+    for rep in 1 2; do
+      erun resnet50_bf16_synthetic_$rep
+      erun resnet50_bf16_pipeline_auto_$rep "${pipe[@]}" --set data.decode=auto
+      erun resnet50_bf16_pipeline_cpu_$rep "${pipe[@]}"
+      erun resnet50_bf16_pipeline_auto_4threads_$rep "${pipe[@]}" --set data.decode=auto --set data.workers=4
+      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
+    done
+    $T bench-data "${gpudata[@]}" --set data.decode=auto --out "$out/bench/data_auto_4threads.json" 2>&1 \
+      | grep -E "auto|bench-data|error"
+    $T bench-data "${gpudata[@]}" --set data.decode=auto --set data.workers=-1 --out "$out/bench/data_auto.json" 2>&1 \
+      | grep -E "auto|bench-data|error"
+    ;;
+  oldalloc)  # temporary: does GpuDecode.DecodeNeverOverwritesMemoryQueuedWorkStillReads fail with the decoder's
+             # output buffer allocated as before 0087c00 (on the decode's stream)? Rebuilt, run, then restored.
+    cp lib/data/data/gpu_jpeg.cpp /tmp/gpu_jpeg_new.cpp
+    cp ab/gpu_jpeg_old_alloc.cpp lib/data/data/gpu_jpeg.cpp
+    cmake --build build --target engine_gpu_test > "$out/oldalloc_build.log" 2>&1 || tail -20 "$out/oldalloc_build.log"
+    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.DecodeNever*' > "$out/oldalloc_test.log" 2>&1
+    echo "old allocation: rc $?"; grep -E "wrote into|OK \]|FAILED \]" "$out/oldalloc_test.log" | head -5
+    cp /tmp/gpu_jpeg_new.cpp lib/data/data/gpu_jpeg.cpp
+    cmake --build build --target engine_gpu_test > /dev/null 2>&1
+    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.DecodeNever*' > "$out/newalloc_test.log" 2>&1
+    echo "new allocation: rc $?"; grep -E "wrote into|OK \]|FAILED \]" "$out/newalloc_test.log" | head -5
     ;;
   states)  # temporary A/B (TRAINER_AB_NVJPEG_STATES): nvJPEG with 6 decode states used in turn (six batches in
            # flight) against 2: the GpuDecode tests with 6, then ResNet-50 end to end, eager (three interleaved

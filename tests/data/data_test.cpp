@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "data/augment.h"
+#include "data/auto_loader.h"
 #include "data/cifar.h"
 #include "data/gpu_jpeg.h"
 #include "data/idx.h"
@@ -520,6 +521,122 @@ TEST_F(Folder, EvalIsCentreCropResize) {
   const auto [mean, mx] = diff(got.data_ptr<uint8_t>(), ref.data(), ref.size());
   EXPECT_LT(mean, 0.3);
   EXPECT_LE(mx, 4);
+}
+
+// data.decode auto. The rules on figures: the CPU path stays when it waits under 2% and its threads could make
+// 10% more than training takes; the GPU path stays when its end-to-end rate beats min(demand, capacity).
+TEST(AutoDecode, RulesKeepTheCpuPathOnlyWhenItKeepsUp) {
+  AutoDecodeOptions o;
+  DecodeWindow cpu;
+  cpu.images = 2560;
+  cpu.work_s = 1.0;
+  cpu.wait_s = 0.01;    // 1% waiting; training takes 2,560 img/s
+  cpu.capacity = 3000;  // 1.17 x demand
+  EXPECT_TRUE(cpu_decode_keeps_up(cpu, o));
+  cpu.capacity = 2700;  // 1.05 x: too tight
+  EXPECT_FALSE(cpu_decode_keeps_up(cpu, o));
+  cpu.capacity = 0;     // not known: the waits decide
+  EXPECT_TRUE(cpu_decode_keeps_up(cpu, o));
+  cpu.capacity = 5000;
+  cpu.wait_s = 0.03;    // 2.9% waiting, whatever the threads' rate
+  EXPECT_FALSE(cpu_decode_keeps_up(cpu, o));
+  EXPECT_TRUE(cpu_decode_keeps_up(DecodeWindow{}, o));  // nothing measured: no switch
+
+  cpu.capacity = 2000;  // the CPU path would give 2,000 img/s
+  EXPECT_DOUBLE_EQ(cpu_decode_expected_rate(cpu), 2000);
+  DecodeWindow gpu;
+  gpu.images = 2400;
+  gpu.work_s = 0.9;
+  gpu.wait_s = 0.1;  // 2,400 img/s end to end
+  EXPECT_TRUE(gpu_decode_is_faster(cpu, gpu));
+  gpu.wait_s = 0.4;  // 1,714 img/s
+  EXPECT_FALSE(gpu_decode_is_faster(cpu, gpu));
+  cpu.capacity = 0;  // not known: training's rate is what the CPU path is taken to give
+  EXPECT_NEAR(cpu_decode_expected_rate(cpu), 2560 / 1.0, 1e-9);
+  EXPECT_FALSE(gpu_decode_is_faster(cpu, DecodeWindow{}));
+}
+
+// The switch itself, on the CPU with two ImageLoaders standing for the two paths and the rules forced: whatever is
+// decided and wherever the switch falls (mid-epoch, windows across an epoch end), the batches are those of one
+// plain loader (order, labels, pixels); each path is made once; the windows count only batches with training
+// time before them; a follower takes the decision at its next set_epoch.
+TEST_F(Folder, AutoDecodeSwitchesMidEpochAndKeepsEveryBatch) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));  // 21 samples: 5 batches of 4 per epoch
+  const ImageLoaderOptions o = options(2);
+  std::vector<Batch> want;
+  {
+    ImageLoader plain(list.samples, o, torch::kCPU);
+    for (int64_t e = 0; e < 3; ++e) {
+      plain.set_epoch(e);
+      Batch b;
+      while (plain.next(b)) want.push_back({b.images.clone(), b.labels.clone(), b.indices});
+    }
+  }
+  ASSERT_EQ(want.size(), 15u);
+  // keep_cpu, keep_gpu: the forced decisions; 0 = CPU stays; 1 = GPU tried and kept; 2 = tried, CPU back
+  for (const int outcome : {0, 1, 2}) {
+    const std::string tag = "outcome " + std::to_string(outcome);
+    int cpu_made = 0, gpu_made = 0;
+    auto make_cpu = [&]() -> std::unique_ptr<Loader> {
+      ++cpu_made;
+      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
+    };
+    auto make_gpu = [&]() -> std::unique_ptr<Loader> {
+      ++gpu_made;
+      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
+    };
+    AutoDecodeOptions ao;
+    ao.warm_batches = 3;  // warm: epoch 0 batches 0-2; CPU window: 3, 4, (epoch 1 batch 0 not counted), 1
+    ao.window_batches = 3;
+    ao.gpu_warm_batches = 1;  // switch after epoch 1 batch 1; GPU warm: batch 2; window: 3, 4, (epoch 2: 0), 1
+    ao.keep_cpu = [&](const DecodeWindow&, const AutoDecodeOptions&) { return outcome == 0; };
+    ao.keep_gpu = [&](const DecodeWindow&, const DecodeWindow&) { return outcome == 1; };
+    AutoDecodeLoader l(make_cpu, make_gpu, /*workers=*/2, ao);
+    int cpu_follower = 0, gpu_follower = 0;
+    AutoDecodeLoader follower([&]() -> std::unique_ptr<Loader> {
+      ++cpu_follower;
+      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
+    }, [&]() -> std::unique_ptr<Loader> {
+      ++gpu_follower;
+      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
+    }, &l);
+    std::vector<Batch> got;
+    std::vector<int64_t> decided_at;  // batch numbers (across epochs) after which it had decided
+    for (int64_t e = 0; e < 3; ++e) {
+      l.set_epoch(e);
+      Batch b;
+      while (l.next(b)) {
+        got.push_back({b.images.clone(), b.labels.clone(), b.indices});
+        if (l.decided()) decided_at.push_back(static_cast<int64_t>(got.size()) - 1);
+      }
+    }
+    ASSERT_EQ(got.size(), want.size()) << tag;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].indices, want[k].indices) << tag << " batch " << k;
+      EXPECT_TRUE(torch::equal(got[k].labels, want[k].labels)) << tag << " batch " << k;
+      EXPECT_TRUE(torch::equal(got[k].images, want[k].images)) << tag << " batch " << k;
+    }
+    ASSERT_TRUE(l.decided()) << tag;
+    ASSERT_FALSE(decided_at.empty()) << tag;
+    EXPECT_EQ(decided_at.front(), outcome == 0 ? 6 : 11) << tag;  // epoch 1 batch 1, or epoch 2 batch 1
+    EXPECT_EQ(l.on_gpu(), outcome == 1) << tag;
+    EXPECT_EQ(cpu_made, 1) << tag << ": the CPU loader waits while the GPU one is tried, and comes back";
+    EXPECT_EQ(gpu_made, outcome == 0 ? 0 : 1) << tag;
+    EXPECT_EQ(l.cpu_window().images, 12) << tag;  // 3 batches of 4, the first of epoch 1 not counted
+    EXPECT_GT(l.cpu_window().work_s, 0) << tag;
+    EXPECT_GT(l.cpu_window().capacity, 0) << tag << ": an ImageLoader's stage totals give its threads' rate";
+    EXPECT_EQ(l.gpu_window().images, outcome == 0 ? 0 : 12) << tag;
+    EXPECT_NE(l.why().find(outcome == 1 ? "auto: gpu" : "auto: cpu"), std::string::npos) << tag << ": " << l.why();
+    // the follower was made before the decision (CPU) and takes it at its next set_epoch
+    follower.set_epoch(0);
+    Batch fb;
+    EXPECT_TRUE(follower.next(fb)) << tag;
+    EXPECT_EQ(follower.on_gpu(), outcome == 1) << tag;
+    EXPECT_EQ(cpu_follower, 1) << tag;
+    EXPECT_EQ(gpu_follower, outcome == 1 ? 1 : 0) << tag;
+    EXPECT_TRUE(torch::equal(fb.images, want[0].images)) << tag;
+  }
 }
 
 // ---- device-side augmentation ----

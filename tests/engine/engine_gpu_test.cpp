@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/fs.h"
+#include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
 #include "data/image_folder.h"
 #include "data/image_ops.h"
@@ -605,6 +606,83 @@ TEST(GpuDecode, LoaderGoesOnIntoTheNextEpochAsSetEpochWould) {
   expect_same(take(l, 1 << 20), fresh(6, 0), "epoch 6 after a resumed epoch");
   l.set_epoch(6);  // the same epoch again: starts over
   expect_same(take(l, 1 << 20), fresh(6, 0), "epoch 6 again");
+}
+
+// data.decode auto with the real loaders: the GPU loader takes over mid-epoch (and, when it loses, the CPU one
+// comes back) with the same samples in the same order, pixels within the paths' tolerance, the same dtype and
+// layout. With the real rules on the pipeline alone (no training: training takes all it gets) it decides within
+// its windows and says which.
+TEST(GpuDecode, AutoSwitchesMidEpochWithTheSameSamples) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = jpeg_folder(dir, 3, 6);  // 18 samples: 4 batches of 4 an epoch
+  torch::Device dev(torch::kCUDA, 0);
+  ImageLoaderOptions o;
+  o.batch_size = 4;
+  o.image_size = 48;
+  o.workers = 2;
+  o.seed = 23;
+  o.dct_scale = false;  // the GPU path resizes from the full-resolution crop
+  std::vector<Batch> want;
+  {
+    ImageLoader plain(list.samples, o, dev);
+    for (int64_t e = 0; e < 3; ++e) {
+      plain.set_epoch(e);
+      Batch b;
+      while (plain.next(b)) want.push_back(b);
+    }
+  }
+  ASSERT_EQ(want.size(), 12u);
+  auto make_cpu = [&]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(list.samples, o, dev); };
+  auto make_gpu = [&]() -> std::unique_ptr<Loader> { return std::make_unique<GpuImageLoader>(list.samples, o, dev); };
+  for (const bool keep_gpu : {true, false}) {
+    AutoDecodeOptions ao;
+    ao.warm_batches = 2;  // switch after epoch 0 batch 2 (mid-epoch), GPU window into epoch 1
+    ao.window_batches = 1;
+    ao.gpu_warm_batches = 2;
+    ao.keep_cpu = [](const DecodeWindow&, const AutoDecodeOptions&) { return false; };
+    ao.keep_gpu = [&](const DecodeWindow&, const DecodeWindow&) { return keep_gpu; };
+    AutoDecodeLoader l(make_cpu, make_gpu, o.workers, ao);
+    size_t k = 0;
+    bool seen_gpu = false;
+    for (int64_t e = 0; e < 3; ++e) {
+      l.set_epoch(e);
+      Batch b;
+      while (l.next(b)) {
+        ASSERT_LT(k, want.size());
+        seen_gpu = seen_gpu || l.on_gpu();
+        const Batch& a = want[k];
+        EXPECT_EQ(b.indices, a.indices) << "batch " << k;
+        EXPECT_TRUE(torch::equal(b.labels.cpu(), a.labels.cpu())) << "batch " << k;
+        EXPECT_EQ(b.images.scalar_type(), a.images.scalar_type()) << "batch " << k;
+        EXPECT_EQ(b.images.strides(), a.images.strides()) << "batch " << k;
+        const double d = (b.images.to(torch::kFloat32) - a.images.to(torch::kFloat32)).abs().mean().item<double>();
+        EXPECT_LT(d, 0.08) << "batch " << k << ": mean |diff| " << d << " (normalised units)";
+        ++k;
+      }
+    }
+    EXPECT_EQ(k, want.size());
+    EXPECT_TRUE(seen_gpu) << "the GPU loader was never tried";
+    EXPECT_TRUE(l.decided());
+    EXPECT_EQ(l.on_gpu(), keep_gpu);
+    EXPECT_EQ(l.gpu_window().images, 4);
+    std::printf("  keep_gpu %d: %s\n", keep_gpu ? 1 : 0, l.why().c_str());
+  }
+  // the real rules, through make_image_loader: decided within its windows on the pipeline alone
+  std::string why;
+  auto automatic = make_image_loader(list.samples, o, "auto", dev, &why);
+  auto* a = dynamic_cast<AutoDecodeLoader*>(automatic.get());
+  ASSERT_NE(a, nullptr) << why;
+  const AutoDecodeOptions defaults;  // windows count no epoch's first batch: 3 of every 4 here, plus epoch ends
+  const int64_t needed = 2 * (defaults.warm_batches + 2 * defaults.window_batches + defaults.gpu_warm_batches);
+  int64_t e = 0;
+  a->set_epoch(e);
+  Batch b;
+  for (int64_t i = 0; i < needed && !a->decided(); ++i)
+    if (!a->next(b)) a->set_epoch(++e);
+  EXPECT_TRUE(a->decided()) << "not decided after " << needed << " batches";
+  EXPECT_NE(a->why().find("data.decode auto: "), std::string::npos) << a->why();
+  std::printf("  real rules, pipeline alone: %s\n", a->why().c_str());
 }
 
 }  // namespace

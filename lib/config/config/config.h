@@ -63,7 +63,7 @@ struct DataConfig {
   bool on_gpu = true;                 // in-memory sources: keep the dataset and augment on the GPU
   std::string dtype = "auto";         // of the normalised batch: auto (bfloat16 when training in bf16 on a GPU) |
                                       // float32 | bfloat16
-  std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (measured)
+  std::string decode = "cpu";         // image files: cpu (libjpeg-turbo threads) | gpu (nvJPEG) | auto (CPU first, GPU if training waits)
   double cache_gb = 0.0;              // image files: keep samples in RAM after the first read, up to N GiB
   std::string cache = "encoded";      // encoded (the files' bytes) | decoded (full RGB images: no decode later)
   std::vector<double> jitter;         // colour jitter {brightness, contrast, saturation, hue}, empty = off

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
@@ -58,6 +59,9 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     for (int64_t i = 0; i < n * k; ++i) t.train_step(next_batch());
   };
   run_steps(cfg.bench.warmup_steps);
+  // data.decode auto: the timed steps start once it has decided (its trial is not what the run is timed on)
+  const auto* automatic = pipeline ? dynamic_cast<const AutoDecodeLoader*>(&t.train_loader()) : nullptr;
+  while (automatic && !automatic->decided()) run_steps(1);
   synchronize(ctx.device);
   reset_peak_memory(ctx.device);
   const auto t0 = std::chrono::steady_clock::now();
@@ -95,6 +99,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
                                      : std::string("synthetic, resident on the device")}};
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
+  if (automatic) j["decode_auto"] = automatic->why();
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
   j["img_per_s_per_gpu"] = per_rank;
@@ -148,9 +153,6 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   std::unique_ptr<Loader> owned = make_image_loader(std::move(list.samples), o, d.decode, ctx.device, &why);
   if (!why.empty()) log::info(why);
   Loader& loader = *owned;
-  auto* cpu_loader = dynamic_cast<ImageLoader*>(owned.get());
-  auto* gpu_loader = dynamic_cast<GpuImageLoader*>(owned.get());
-  auto totals = [&] { return cpu_loader ? cpu_loader->stage_totals() : StageTotals{}; };
   const int64_t per_epoch = loader.batches_per_epoch();
   TRAINER_CHECK(per_epoch > cfg.bench.warmup_steps, "the training split has ", per_epoch,
                 " batches: fewer than bench.warmup_steps + 1");
@@ -163,6 +165,14 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     }
   };
   for (int64_t i = 0; i < cfg.bench.warmup_steps; ++i) next();
+  // data.decode auto: timed once decided (on the pipeline alone training takes nothing, so the GPU path is tried
+  // and the faster pipeline kept); the stage figures below are the chosen loader's
+  auto* automatic = dynamic_cast<AutoDecodeLoader*>(owned.get());
+  while (automatic && !automatic->decided()) next();
+  Loader& chosen = automatic ? automatic->active() : loader;
+  auto* cpu_loader = dynamic_cast<ImageLoader*>(&chosen);
+  auto* gpu_loader = dynamic_cast<GpuImageLoader*>(&chosen);
+  auto totals = [&] { return cpu_loader ? cpu_loader->stage_totals() : StageTotals{}; };
   synchronize(ctx.device);
   const StageTotals s0 = totals();
   const auto t0 = std::chrono::steady_clock::now();
@@ -196,6 +206,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = gpu_loader ? (gpu_loader->hardware() ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
+  if (automatic) j["decode_auto"] = automatic->why();
   if (gpu_loader) {
     const GpuDecodeStats st = gpu_loader->stats();
     const double per = std::max<int64_t>(st.batches, 1);

@@ -17,6 +17,7 @@
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/shards.h"
+#include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
 #include "data/image_loader.h"
 #include "data/memory_loader.h"
@@ -243,7 +244,8 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
 }
 
 std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
-                                          const std::string& decode, torch::Device device, std::string* why) {
+                                          const std::string& decode, torch::Device device, std::string* why,
+                                          const AutoDecodeLoader* follow) {
   auto say = [&](const std::string& s) {
     if (why) *why = s;
   };
@@ -258,35 +260,15 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
       say(str_cat("data.decode auto: cpu (", device.is_cuda() ? "this build has no nvJPEG" : "no GPU", ")"));
       return std::make_unique<ImageLoader>(std::move(samples), o, device);
     }
-    // time each path on the same few batches (after one untimed batch), pipeline alone
-    auto rate = [&](Loader& l) {
-      Batch b;
-      l.set_epoch(0);
-      const int64_t n = std::min<int64_t>(4, l.batches_per_epoch() - 1);
-      if (n < 1) return 0.0;
-      l.next(b);
-      synchronize(device);
-      const auto t0 = Clock::now();
-      int64_t images = 0;
-      for (int64_t i = 0; i < n && l.next(b); ++i) images += b.labels.size(0);
-      synchronize(device);
-      return images / std::max(seconds_since(t0), 1e-9);
+    // CPU first; the GPU path is tried while training if the CPU one cannot keep up (AutoDecodeLoader)
+    say("data.decode auto: starting with CPU decode; the GPU path is tried after a few batches if training waits");
+    auto list = std::make_shared<const std::vector<ImageSample>>(std::move(samples));
+    auto cpu = [list, o, device]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(*list, o, device); };
+    auto gpu = [list, o, device]() -> std::unique_ptr<Loader> {
+      return std::make_unique<GpuImageLoader>(*list, o, device);
     };
-    double cpu_rate = 0, gpu_rate = 0;
-    {
-      ImageLoader cpu(samples, o, device);
-      cpu_rate = rate(cpu);
-    }
-    auto gpu = std::make_unique<GpuImageLoader>(samples, o, device);
-    gpu_rate = rate(*gpu);
-    const bool use_gpu = gpu_rate > cpu_rate;
-    say(strprintf("data.decode auto: %s (pipeline alone on a few batches: gpu %.0f img/s%s, cpu %.0f img/s with %d "
-                  "threads)",
-                  use_gpu ? "gpu" : "cpu", gpu_rate, gpu->hardware() ? " on the hardware JPEG engines" : "", cpu_rate,
-                  o.workers));
-    if (use_gpu) return gpu;
-    gpu.reset();
-    return std::make_unique<ImageLoader>(std::move(samples), o, device);
+    if (follow) return std::make_unique<AutoDecodeLoader>(cpu, gpu, follow);
+    return std::make_unique<AutoDecodeLoader>(cpu, gpu, o.workers);
   }
   return std::make_unique<ImageLoader>(std::move(samples), o, device);
 }
@@ -327,8 +309,11 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
     ImageLoaderOptions e = o;
     e.train = false;
     e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
+    // evaluation decodes where training does; with auto, where training's decision went (from then on)
+    const auto* automatic = dynamic_cast<const AutoDecodeLoader*>(train_loader_.get());
     const bool gpu = dynamic_cast<GpuImageLoader*>(train_loader_.get()) != nullptr;
-    eval_loader_ = make_image_loader(std::move(eval.samples), e, gpu ? "gpu" : "cpu", dev);
+    eval_loader_ = make_image_loader(std::move(eval.samples), e, automatic ? "auto" : gpu ? "gpu" : "cpu", dev,
+                                     nullptr, automatic);
   }
 }
 

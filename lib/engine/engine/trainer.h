@@ -41,11 +41,15 @@ struct RunContext {
 torch::ScalarType batch_dtype(const Config& cfg, torch::Device device);
 // The CPU image pipeline's options from a config (shared by training, eval and bench-data).
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
-// The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (both timed on a
-// few batches, the faster kept; the choice and the figures are logged). `why` (optional) gets that sentence.
+// The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (an
+// AutoDecodeLoader: CPU decode first, the GPU path tried while training if training waits for data, the faster end
+// to end kept and logged; the CPU path where there is no GPU or no nvJPEG). `why` (optional) gets the sentence
+// saying which was made. With auto, `follow` (evaluation) takes that loader's decision instead of making its own.
 struct ImageSample;
+class AutoDecodeLoader;
 std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
-                                          const std::string& decode, torch::Device device, std::string* why = nullptr);
+                                          const std::string& decode, torch::Device device, std::string* why = nullptr,
+                                          const AutoDecodeLoader* follow = nullptr);
 // The samples of a split of a file-based source (image_folder, list, shards).
 struct ImageList;
 ImageList image_split(const DataConfig& d, const std::string& split);

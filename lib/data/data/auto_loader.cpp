@@ -1,0 +1,180 @@
+#include "data/auto_loader.h"
+
+#include <exception>
+#include <utility>
+
+#include "core/log.h"
+#include "core/strings.h"
+#include "data/image_loader.h"
+
+namespace trainer {
+
+double cpu_decode_expected_rate(const DecodeWindow& cpu) {
+  return cpu.capacity > 0 ? std::min(cpu.demand(), cpu.capacity) : cpu.demand();
+}
+
+bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o) {
+  if (cpu.images == 0) return true;  // nothing measured: stay where we are
+  if (cpu.wait_fraction() >= o.max_wait) return false;
+  return cpu.capacity <= 0 || cpu.capacity >= o.margin * cpu.demand();
+}
+
+bool gpu_decode_is_faster(const DecodeWindow& cpu, const DecodeWindow& gpu) {
+  return gpu.images > 0 && gpu.rate() > cpu_decode_expected_rate(cpu);
+}
+
+AutoDecodeLoader::AutoDecodeLoader(Factory make_cpu, Factory make_gpu, int workers, AutoDecodeOptions opt)
+    : make_cpu_(std::move(make_cpu)), make_gpu_(std::move(make_gpu)), workers_(std::max(1, workers)),
+      opt_(std::move(opt)) {
+  if (!opt_.keep_cpu) opt_.keep_cpu = cpu_decode_keeps_up;
+  if (!opt_.keep_gpu) opt_.keep_gpu = gpu_decode_is_faster;
+  active_ = make_cpu_();
+}
+
+AutoDecodeLoader::AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const AutoDecodeLoader* leader)
+    : make_cpu_(std::move(make_cpu)), make_gpu_(std::move(make_gpu)), leader_(leader), state_(State::decided) {
+  on_gpu_ = leader_->decided() && leader_->on_gpu();
+  active_ = on_gpu_ ? make_gpu_() : make_cpu_();
+}
+
+AutoDecodeLoader::~AutoDecodeLoader() = default;
+
+void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
+  if (leader_ && leader_->decided() && leader_->on_gpu() != on_gpu_) {
+    retire(active_);  // one loader at a time: the old one's threads and buffers go first
+    on_gpu_ = leader_->on_gpu();
+    active_ = on_gpu_ ? make_gpu_() : make_cpu_();
+  }
+  epoch_ = epoch;
+  batch_ = start_batch;
+  epoch_set_ = true;
+  have_last_ = false;
+  active_->set_epoch(epoch, start_batch);
+}
+
+bool AutoDecodeLoader::next(Batch& out) {
+  const Clock::time_point call = Clock::now();
+  if (!active_->next(out)) {
+    have_last_ = false;  // the time until the next epoch's first batch is not training
+    return false;
+  }
+  const Clock::time_point ret = Clock::now();
+  ++batch_;
+  if (state_ != State::decided) measured(out, call, ret);
+  // from here the consumer trains (a switch above is not counted as its time)
+  last_return_ = Clock::now();
+  have_last_ = true;
+  return true;
+}
+
+bool AutoDecodeLoader::cpu_totals(int64_t& samples, int64_t& busy_ns) {
+  const auto* cpu = dynamic_cast<const ImageLoader*>(active_.get());
+  if (!cpu) return false;
+  const StageTotals t = cpu->stage_totals();
+  samples = t.samples;
+  busy_ns = t.read_ns + t.decode_ns + t.resize_ns;
+  return true;
+}
+
+void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::time_point ret) {
+  auto add = [&](DecodeWindow& w) {
+    if (!have_last_) return false;  // the first batch of an epoch: no training time before it
+    w.images += b.labels.size(0);
+    w.work_s += std::chrono::duration<double>(call - last_return_).count();
+    w.wait_s += std::chrono::duration<double>(ret - call).count();
+    return true;
+  };
+  switch (state_) {
+    case State::cpu_warm:
+      if (++batches_in_state_ >= opt_.warm_batches) {
+        state_ = State::cpu_window;
+        batches_in_state_ = 0;
+        cpu_window_ = DecodeWindow{};
+        if (!cpu_totals(samples0_, busy_ns0_)) samples0_ = busy_ns0_ = -1;
+      }
+      return;
+    case State::cpu_window: {
+      if (!add(cpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
+      int64_t samples1 = 0, busy1 = 0;
+      if (samples0_ >= 0 && cpu_totals(samples1, busy1) && busy1 > busy_ns0_)
+        cpu_window_.capacity = (samples1 - samples0_) / ((busy1 - busy_ns0_) * 1e-9 / workers_);
+      const DecodeWindow& w = cpu_window_;
+      const std::string cpu_text =
+          strprintf("over %d batches training took %.0f img/s and waited for data %.1f%% of the time; ",
+                    opt_.window_batches, w.demand(), 100 * w.wait_fraction()) +
+          (w.capacity > 0 ? strprintf("the %d decode threads could make %.0f img/s", workers_, w.capacity)
+                          : std::string("the decode threads' rate is not known"));
+      if (opt_.keep_cpu(w, opt_)) {
+        decide(false, "data.decode auto: cpu (" + cpu_text + ")");
+        return;
+      }
+      try {
+        switch_to(true);
+      } catch (const std::exception& e) {
+        decide(false, str_cat("data.decode auto: cpu (", cpu_text, "; the GPU decoder could not start: ", e.what(),
+                              ")"));
+        return;
+      }
+      state_ = State::gpu_warm;
+      batches_in_state_ = 0;
+      cpu_text_ = cpu_text;
+      return;
+    }
+    case State::gpu_warm:
+      if (++batches_in_state_ >= opt_.gpu_warm_batches) {
+        state_ = State::gpu_window;
+        batches_in_state_ = 0;
+        gpu_window_ = DecodeWindow{};
+      }
+      return;
+    case State::gpu_window: {
+      if (!add(gpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
+      const double expected = cpu_decode_expected_rate(cpu_window_);
+      const bool gpu = opt_.keep_gpu(cpu_window_, gpu_window_);
+      const std::string text = strprintf("%s: GPU decode gave %.0f img/s end to end over %d batches (data wait %.1f%%), "
+                                         "the CPU path %.0f expected",
+                                         gpu ? "gpu" : "cpu", gpu_window_.rate(), opt_.window_batches,
+                                         100 * gpu_window_.wait_fraction(), expected);
+      if (!gpu) switch_to(false);
+      retire(standby_);  // the losing loader
+      decide(gpu, "data.decode auto: " + text + " (CPU path: " + cpu_text_ + ")");
+      return;
+    }
+    case State::decided:
+      return;
+  }
+}
+
+void AutoDecodeLoader::switch_to(bool gpu) {
+  std::unique_ptr<Loader> next;
+  if (gpu) {
+    next = make_gpu_();
+  } else {
+    next = standby_ ? std::move(standby_) : make_cpu_();
+  }
+  if (epoch_set_) next->set_epoch(epoch_, batch_);  // the same epoch, from the batch after the one just taken
+  if (gpu) {
+    standby_ = std::move(active_);
+  } else {
+    retire(active_);
+  }
+  active_ = std::move(next);
+  on_gpu_ = gpu;
+}
+
+void AutoDecodeLoader::retire(std::unique_ptr<Loader>& l) {
+  if (!l) return;
+  bad_before_ += l->bad_samples();
+  copy_before_ += l->copy_seconds();
+  l.reset();
+}
+
+void AutoDecodeLoader::decide(bool gpu, std::string why) {
+  on_gpu_ = gpu;
+  state_ = State::decided;
+  why_ = std::move(why);
+  log::info(why_);
+  make_cpu_ = make_gpu_ = nullptr;  // their copy of the sample list is not needed any more
+}
+
+}  // namespace trainer

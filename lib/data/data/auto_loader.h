@@ -1,0 +1,113 @@
+// data.decode: auto. Chooses between the CPU decode path and the GPU one by what training gets end to end, not by
+// the pipelines alone: a GPU that trains slower than the CPU threads decode needs no GPU decode (and the GPU path
+// takes some GPU time from training), while one that trains faster must not wait for them.
+//
+// It starts on the CPU loader. After a few warm-up batches it watches a window of batches from the consumer's
+// side: the time between next() calls (training: the host runs ahead of the GPU until the launch queue throttles
+// it, so in steady state that is the GPU's step) and the time blocked in next() (waiting for data), and from the
+// decode threads' busy time what they could make. The CPU path stays when it waits almost never and its threads
+// could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
+// give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
+// measured end-to-end rate beats what the CPU path would give; else the CPU path comes back. One decision per run,
+// logged with its figures. The follower form (evaluation) takes the decided kind at its next set_epoch.
+// The decision is each rank's own; all kinds give the same samples, so ranks that decide differently stay correct.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "data/loader.h"
+
+namespace trainer {
+
+class ImageLoader;
+
+// What one measurement window saw from the consumer's side.
+struct DecodeWindow {
+  int64_t images = 0;
+  double work_s = 0;      // consumer time between next() calls: training
+  double wait_s = 0;      // consumer time blocked in next(): waiting for data
+  double capacity = 0;    // img/s the decode threads could make at their busy-time rate (CPU path); 0 if unknown
+  double rate() const { return images / std::max(work_s + wait_s, 1e-9); }  // end to end, img/s
+  double demand() const { return images / std::max(work_s, 1e-9); }        // what training takes, img/s
+  double wait_fraction() const { return wait_s / std::max(work_s + wait_s, 1e-9); }
+};
+
+struct AutoDecodeOptions {
+  int warm_batches = 8;      // before the CPU window: the first steps (autotuning, a full ring) say nothing
+  int window_batches = 12;   // batches per measurement window
+  int gpu_warm_batches = 4;  // after switching, before the GPU window (its ring starts empty)
+  double max_wait = 0.02;    // the CPU path keeps up: waits under this fraction of the window ...
+  double margin = 1.1;       // ... and its threads could make this much more than training takes
+  // the rules (tests replace them): keep the CPU path after its window; keep the GPU path after both windows
+  std::function<bool(const DecodeWindow& cpu, const AutoDecodeOptions&)> keep_cpu;
+  std::function<bool(const DecodeWindow& cpu, const DecodeWindow& gpu)> keep_gpu;
+};
+
+// The default rules. keep_cpu: waits < max_wait and capacity >= margin x demand. keep_gpu: the GPU window's
+// end-to-end rate beats what the CPU path gives, min(demand, capacity) of its window.
+bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o);
+bool gpu_decode_is_faster(const DecodeWindow& cpu, const DecodeWindow& gpu);
+double cpu_decode_expected_rate(const DecodeWindow& cpu);  // min(demand, capacity); demand where capacity unknown
+
+class AutoDecodeLoader : public Loader {
+ public:
+  using Factory = std::function<std::unique_ptr<Loader>()>;
+  // make_cpu: the CPU path (an ImageLoader, whose stage totals give its capacity; another Loader gives none);
+  // make_gpu: the GPU path, made only when tried. `workers`: the CPU path's decode threads.
+  AutoDecodeLoader(Factory make_cpu, Factory make_gpu, int workers, AutoDecodeOptions opt = {});
+  // Evaluation: follows `leader`'s decision (from the next set_epoch on), measures nothing.
+  AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const AutoDecodeLoader* leader);
+  ~AutoDecodeLoader() override;
+
+  void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
+  int64_t batches_per_epoch() const override { return active_->batches_per_epoch(); }
+  int64_t samples_per_epoch() const override { return active_->samples_per_epoch(); }
+  bool next(Batch& out) override;
+  int64_t bad_samples() const override {
+    return bad_before_ + active_->bad_samples() + (standby_ ? standby_->bad_samples() : 0);
+  }
+  double copy_seconds() const override {
+    return copy_before_ + active_->copy_seconds() + (standby_ ? standby_->copy_seconds() : 0);
+  }
+
+  bool decided() const { return state_ == State::decided; }
+  bool on_gpu() const { return on_gpu_; }
+  Loader& active() { return *active_; }
+  const std::string& why() const { return why_; }  // the decision and its figures, once decided
+  const DecodeWindow& cpu_window() const { return cpu_window_; }
+  const DecodeWindow& gpu_window() const { return gpu_window_; }
+
+ private:
+  enum class State { cpu_warm, cpu_window, gpu_warm, gpu_window, decided };
+  using Clock = std::chrono::steady_clock;
+  void switch_to(bool gpu);  // the other kind takes over at the current position
+  void measured(const Batch& b, Clock::time_point call, Clock::time_point ret);
+  bool cpu_totals(int64_t& samples, int64_t& busy_ns);  // the CPU loader's stage totals; false if it has none
+  void decide(bool gpu, std::string why);
+  void retire(std::unique_ptr<Loader>& l);  // destroys a loader, keeping its counts
+
+  Factory make_cpu_, make_gpu_;
+  int workers_ = 1;
+  AutoDecodeOptions opt_;
+  const AutoDecodeLoader* leader_ = nullptr;
+  std::unique_ptr<Loader> active_;
+  std::unique_ptr<Loader> standby_;  // during the GPU window: the CPU loader, in case it comes back
+  bool on_gpu_ = false;
+  State state_ = State::cpu_warm;
+  int batches_in_state_ = 0;
+  DecodeWindow cpu_window_, gpu_window_;
+  int64_t samples0_ = 0, busy_ns0_ = 0;  // the CPU loader's stage totals at the CPU window's start
+  std::string why_, cpu_text_;  // the decision; what the CPU window saw
+  // where the consumer is (the other kind starts there)
+  int64_t epoch_ = 0, batch_ = 0;
+  bool epoch_set_ = false;
+  Clock::time_point last_return_;
+  bool have_last_ = false;  // last_return_ is in this epoch (no epoch end or set_epoch since)
+  int64_t bad_before_ = 0;
+  double copy_before_ = 0;
+};
+
+}  // namespace trainer
