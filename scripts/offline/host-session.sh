@@ -7,8 +7,6 @@
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   auto (data.decode auto deciding while training: ResNet-50 end to end with auto, default threads and 4, against
 #     cpu, gpu and synthetic in the same call; bench-data with auto)
-#   oldalloc (temporary: the out-of-order-write test against the decoder's allocation before 0087c00, from ab/)
-#   states (temporary A/B: nvJPEG with 6 decode states in turn against 2, eager and captured)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
@@ -164,36 +162,6 @@ case "$phase" in
       | grep -E "auto|bench-data|error"
     $T bench-data "${gpudata[@]}" --set data.decode=auto --set data.workers=-1 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
-    ;;
-  oldalloc)  # temporary: does GpuDecode.DecodeNeverOverwritesMemoryQueuedWorkStillReads fail with the decoder's
-             # output buffer allocated as before 0087c00 (on the decode's stream)? Rebuilt, run, then restored.
-    cp lib/data/data/gpu_jpeg.cpp /tmp/gpu_jpeg_new.cpp
-    cp ab/gpu_jpeg_old_alloc.cpp lib/data/data/gpu_jpeg.cpp
-    cmake --build build --target engine_gpu_test > "$out/oldalloc_build.log" 2>&1 || tail -20 "$out/oldalloc_build.log"
-    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.DecodeNever*' > "$out/oldalloc_test.log" 2>&1
-    echo "old allocation: rc $?"; grep -E "wrote into|OK \]|FAILED \]" "$out/oldalloc_test.log" | head -5
-    cp /tmp/gpu_jpeg_new.cpp lib/data/data/gpu_jpeg.cpp
-    cmake --build build --target engine_gpu_test > /dev/null 2>&1
-    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.DecodeNever*' > "$out/newalloc_test.log" 2>&1
-    echo "new allocation: rc $?"; grep -E "wrote into|OK \]|FAILED \]" "$out/newalloc_test.log" | head -5
-    ;;
-  states)  # temporary A/B (TRAINER_AB_NVJPEG_STATES): nvJPEG with 6 decode states used in turn (six batches in
-           # flight) against 2: the GpuDecode tests with 6, then ResNet-50 end to end, eager (three interleaved
-           # repeats) and captured (two), GPU decode with 4 threads, synthetic alongside
-    jpeg_set
-    TRAINER_AB_NVJPEG_STATES=6 build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.*' > "$out/gpudecode_test_states6.log" 2>&1
-    echo "GpuDecode tests with 6 states: rc $? $(grep -c 'OK \]' "$out/gpudecode_test_states6.log") passed"
-    e2e=("${e2e100[@]}")
-    for rep in 1 2 3; do
-      erun resnet50_bf16_synthetic_$rep
-      erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"
-      TRAINER_AB_NVJPEG_STATES=6 erun resnet50_bf16_pipeline_gpudecode_states6_$rep "${gpudec[@]}"
-    done
-    for rep in 1 2; do
-      erun resnet50_bf16_graph_synthetic_$rep --set train.cuda_graph=true
-      erun resnet50_bf16_graph_gpudecode_$rep --set train.cuda_graph=true "${gpudec[@]}"
-      TRAINER_AB_NVJPEG_STATES=6 erun resnet50_bf16_graph_gpudecode_states6_$rep --set train.cuda_graph=true "${gpudec[@]}"
-    done
     ;;
   dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
           # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step
