@@ -7,6 +7,7 @@
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   auto (data.decode auto deciding while training: ResNet-50 end to end with auto, default threads and 4, against
 #     cpu, gpu and synthetic in the same call; bench-data with auto)
+#   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
 #   graph (train.cuda_graph fed by the JPEG pipeline, GPU and CPU decode, against eager and synthetic)
@@ -162,6 +163,16 @@ case "$phase" in
       | grep -E "auto|bench-data|error"
     $T bench-data "${gpudata[@]}" --set data.decode=auto --set data.workers=-1 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
+    ;;
+  autofit)  # data.decode auto in `trainer` itself: 4 epochs of the JPEG set, evaluation at the end (which follows
+            # the decision); with 4 decode threads (the GPU path expected) and the default (the CPU path expected)
+    jpeg_set
+    for w in 4 -1; do
+      $T --config configs/imagenet_like.yaml --set data.decode=auto --set data.workers=$w --set run.out_dir="$out/runs" \
+        --set run.name=auto_workers$w --set run.progress=never 2>&1 | tee "$out/autofit_workers$w.log" \
+        | grep -E "decode auto|done in|error|trained" | sed "s/^/workers $w: /"
+    done
+    rm -rf "$out/runs"  # weights and checkpoints: the logs are what is kept
     ;;
   dtype)  # data.dtype: batches in bfloat16 (auto, training in bf16) against float32 (as before), ResNet-50 end to
           # end (three interleaved repeats of synthetic and GPU decode each way; CPU decode and the captured step

@@ -44,6 +44,7 @@ void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
     retire(active_);  // one loader at a time: the old one's threads and buffers go first
     on_gpu_ = leader_->on_gpu();
     active_ = on_gpu_ ? make_gpu_() : make_cpu_();
+    log::info("data.decode auto: evaluation decodes on the ", on_gpu_ ? "GPU" : "CPU", " too, as training does");
   }
   epoch_ = epoch;
   batch_ = start_batch;
