@@ -639,6 +639,60 @@ TEST_F(Folder, AutoDecodeSwitchesMidEpochAndKeepsEveryBatch) {
   }
 }
 
+// A GPU path that cannot start, or fails on trial, hands back to the CPU path: every batch still comes, in order.
+TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));  // 5 batches of 4 per epoch
+  const ImageLoaderOptions o = options(2);
+  std::vector<std::vector<int64_t>> want;
+  {
+    ImageLoader plain(list.samples, o, torch::kCPU);
+    for (int64_t e = 0; e < 2; ++e) {
+      plain.set_epoch(e);
+      Batch b;
+      while (plain.next(b)) want.push_back(b.indices);
+    }
+  }
+  // stands for a GPU loader whose decoder fails at its second batch
+  struct Failing : Loader {
+    ImageLoader inner;
+    int calls = 0;
+    Failing(const std::vector<ImageSample>& s, const ImageLoaderOptions& o) : inner(s, o, torch::kCPU) {}
+    void set_epoch(int64_t e, int64_t b) override { inner.set_epoch(e, b); }
+    int64_t batches_per_epoch() const override { return inner.batches_per_epoch(); }
+    int64_t samples_per_epoch() const override { return inner.samples_per_epoch(); }
+    bool next(Batch& out) override {
+      if (++calls == 2) throw Error("nvJPEG: decode failed (stand-in)");
+      return inner.next(out);
+    }
+  };
+  for (const bool at_start : {true, false}) {
+    auto make_cpu = [&]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU); };
+    auto make_gpu = [&]() -> std::unique_ptr<Loader> {
+      if (at_start) throw Error("no nvJPEG here (stand-in)");
+      return std::make_unique<Failing>(list.samples, o);
+    };
+    AutoDecodeOptions ao;
+    ao.warm_batches = 1;
+    ao.window_batches = 2;  // the CPU window ends at epoch 0 batch 2; the GPU one would end in epoch 1
+    ao.gpu_warm_batches = 1;
+    ao.keep_cpu = [](const DecodeWindow&, const AutoDecodeOptions&) { return false; };
+    ao.keep_gpu = [](const DecodeWindow&, const DecodeWindow&) { return true; };
+    AutoDecodeLoader l(make_cpu, make_gpu, 2, ao);
+    std::vector<std::vector<int64_t>> got;
+    for (int64_t e = 0; e < 2; ++e) {
+      l.set_epoch(e);
+      Batch b;
+      while (l.next(b)) got.push_back(b.indices);
+    }
+    EXPECT_EQ(got, want) << (at_start ? "GPU path cannot start" : "GPU path fails on trial");
+    EXPECT_TRUE(l.decided());
+    EXPECT_FALSE(l.on_gpu());
+    const std::string stand_in = at_start ? "could not start: no nvJPEG here" : "failed on trial: nvJPEG: decode failed";
+    EXPECT_NE(l.why().find(stand_in), std::string::npos) << l.why();
+  }
+}
+
 // ---- device-side augmentation ----
 
 TEST_F(Images, ColorJitterMatchesTorchvision) {

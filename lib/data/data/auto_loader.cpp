@@ -55,7 +55,20 @@ void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
 
 bool AutoDecodeLoader::next(Batch& out) {
   const Clock::time_point call = Clock::now();
-  if (!active_->next(out)) {
+  bool got = false;
+  if (state_ == State::gpu_warm || state_ == State::gpu_window) {
+    // on trial: a GPU path that fails (a driver or nvJPEG error) hands back to the CPU path, which takes the batch
+    try {
+      got = active_->next(out);
+    } catch (const std::exception& e) {
+      switch_to(false);
+      decide(false, str_cat("data.decode auto: cpu (", cpu_text_, "; the GPU decoder failed on trial: ", e.what(), ")"));
+      got = active_->next(out);
+    }
+  } else {
+    got = active_->next(out);
+  }
+  if (!got) {
     have_last_ = false;  // the time until the next epoch's first batch is not training
     return false;
   }

@@ -8,8 +8,8 @@
 // decode threads' busy time what they could make. The CPU path stays when it waits almost never and its threads
 // could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
 // give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
-// measured end-to-end rate beats what the CPU path would give; else the CPU path comes back. One decision per run,
-// logged with its figures. The follower form (evaluation) takes the decided kind at its next set_epoch.
+// measured end-to-end rate beats what the CPU path would give; else the CPU path comes back (as it does when the
+// GPU loader cannot start or fails on trial). One decision per run, logged with its figures. The follower form (evaluation) takes the decided kind at its next set_epoch.
 // The decision is each rank's own; all kinds give the same samples, so ranks that decide differently stay correct.
 #pragma once
 #include <algorithm>
