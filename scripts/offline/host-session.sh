@@ -7,6 +7,8 @@
 #   gpudecode (data.decode gpu vs cpu, pipeline alone and ResNet-50 end to end)
 #   auto (data.decode auto deciding while training: ResNet-50 end to end with auto, default threads and 4, against
 #     cpu, gpu and synthetic in the same call; bench-data with auto)
+#   threads (GPU decode with 3 read threads + the producer, 4 data threads in all, and with 4 + 1, against
+#     synthetic; each process's CPU time)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
@@ -163,6 +165,18 @@ case "$phase" in
       | grep -E "auto|bench-data|error"
     $T bench-data "${gpudata[@]}" --set data.decode=auto --set data.workers=-1 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
+    ;;
+  threads)  # issue 9's "at most 4 CPU threads for data": GPU decode with 3 read threads (+ the producer thread: 4 in
+            # all) and with 4, against synthetic, three interleaved repeats; each process's CPU time (bash's time:
+            # start-up included, so the difference to the synthetic run is what the data side used)
+    jpeg_set
+    e2e=("${e2e100[@]}")
+    TIMEFORMAT="  process: user %U s, sys %S s, wall %R s"
+    for rep in 1 2 3; do
+      { time erun resnet50_bf16_synthetic_$rep; } 2>&1
+      { time erun resnet50_bf16_pipeline_gpudecode_3threads_$rep "${gpudec[@]}" --set data.workers=3; } 2>&1
+      { time erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"; } 2>&1
+    done
     ;;
   autofit)  # data.decode auto in `trainer` itself: 4 epochs of the JPEG set, evaluation at the end (which follows
             # the decision); with 4 decode threads (the GPU path expected) and the default (the CPU path expected)
