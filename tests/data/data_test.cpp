@@ -691,6 +691,23 @@ TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
     const std::string stand_in = at_start ? "could not start: no nvJPEG here" : "failed on trial: nvJPEG: decode failed";
     EXPECT_NE(l.why().find(stand_in), std::string::npos) << l.why();
   }
+  // epochs of one batch: nothing to measure, so the CPU path is decided at once (a bench waiting for the decision
+  // would otherwise wait for ever)
+  ImageLoaderOptions one = o;
+  one.batch_size = 16;  // 21 samples, drop_last: one batch an epoch
+  int gpu_made = 0;
+  AutoDecodeLoader l([&]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(list.samples, one, torch::kCPU); },
+                     [&]() -> std::unique_ptr<Loader> {
+                       ++gpu_made;
+                       return std::make_unique<ImageLoader>(list.samples, one, torch::kCPU);
+                     }, 2);
+  l.set_epoch(0);
+  EXPECT_TRUE(l.decided());
+  EXPECT_FALSE(l.on_gpu());
+  EXPECT_EQ(gpu_made, 0);
+  Batch b;
+  EXPECT_TRUE(l.next(b));
+  EXPECT_FALSE(l.next(b));
 }
 
 // ---- device-side augmentation ----

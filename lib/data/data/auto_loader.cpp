@@ -51,6 +51,12 @@ void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   epoch_set_ = true;
   have_last_ = false;
   active_->set_epoch(epoch, start_batch);
+  // the windows count batches with training time before them: none in an epoch of one batch
+  if (!leader_ && state_ != State::decided && active_->batches_per_epoch() < 2) {
+    if (on_gpu_) switch_to(false);
+    retire(standby_);
+    decide(false, "data.decode auto: cpu (an epoch of one batch leaves no training time between batches to measure)");
+  }
 }
 
 bool AutoDecodeLoader::next(Batch& out) {
