@@ -9,6 +9,7 @@
 #     cpu, gpu and synthetic in the same call; bench-data with auto)
 #   threads (GPU decode with 3 read threads + the producer, 4 data threads in all, and with 4 + 1, against
 #     synthetic; each process's CPU time)
+#   cpudata (issue 4's figures: the CPU pipeline alone, 14 and 16 threads, between two runs of both DataLoaders)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
@@ -34,11 +35,11 @@ jpeg_set() {
   mkdir -p "$out/bench"
 }
 # both torch DataLoader baselines on the set, 16 workers: uint8 out (normalised on the GPU), and torchvision's
-# ToTensor + Normalize in the workers
+# ToTensor + Normalize in the workers; $1: a suffix for the JSON names
 dataloaders() {
   for norm in "" --normalize-in-workers; do
     python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
-      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}.json" 2>&1 | grep img_per_s
+      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}${1:-}.json" 2>&1 | grep img_per_s
   done
 }
 # ResNet-50 end to end from the JPEG set: 20 warm-up + 100 timed steps (e2e100); GPU decode with 4 read threads
@@ -177,6 +178,18 @@ case "$phase" in
       { time erun resnet50_bf16_pipeline_gpudecode_3threads_$rep "${gpudec[@]}" --set data.workers=3; } 2>&1
       { time erun resnet50_bf16_pipeline_gpudecode_$rep "${gpudec[@]}"; } 2>&1
     done
+    ;;
+  cpudata)  # issue 4's figures in one call: the CPU pipeline alone with the default 14 threads and with 16, two
+            # interleaved repeats, between two runs of both torch DataLoader baselines (16 workers)
+    jpeg_set
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60)
+    dataloaders _before
+    for rep in 1 2; do
+      $T bench-data "${common[@]}" --out "$out/bench/data_cpu_14threads_$rep.json" 2>&1 | grep bench-data
+      $T bench-data "${common[@]}" --set data.workers=16 --out "$out/bench/data_cpu_16threads_$rep.json" 2>&1 \
+        | grep bench-data
+    done
+    dataloaders _after
     ;;
   autofit)  # data.decode auto in `trainer` itself: 4 epochs of the JPEG set, evaluation at the end (which follows
             # the decision); with 4 decode threads (the GPU path expected) and the default (the CPU path expected)
