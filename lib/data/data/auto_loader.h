@@ -9,8 +9,10 @@
 // could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
 // give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
 // measured end-to-end rate beats what the CPU path would give; else the CPU path comes back (as it does when the
-// GPU loader cannot start or fails on trial). One decision per run, logged with its figures. The follower form (evaluation) takes the decided kind at its next set_epoch.
-// The decision is each rank's own; all kinds give the same samples, so ranks that decide differently stay correct.
+// GPU loader cannot start or fails on trial, and at once where an epoch is one batch: nothing to measure). One
+// decision per run, logged with its figures. The follower form (evaluation) takes the decided kind at its next
+// set_epoch. The decision is each rank's own; all kinds give the same samples, so ranks that decide differently
+// stay correct.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -21,8 +23,6 @@
 #include "data/loader.h"
 
 namespace trainer {
-
-class ImageLoader;
 
 // What one measurement window saw from the consumer's side.
 struct DecodeWindow {
