@@ -556,6 +556,15 @@ TEST(AutoDecode, RulesKeepTheCpuPathOnlyWhenItKeepsUp) {
   EXPECT_FALSE(gpu_decode_is_faster(cpu, DecodeWindow{}));
 }
 
+// A factory of CPU ImageLoaders standing for either decode path in the auto tests; counts what it made.
+AutoDecodeLoader::Factory cpu_loaders(const std::vector<ImageSample>& samples, const ImageLoaderOptions& o,
+                                      int* made = nullptr) {
+  return [&samples, o, made]() -> std::unique_ptr<Loader> {
+    if (made) ++*made;
+    return std::make_unique<ImageLoader>(samples, o, torch::kCPU);
+  };
+}
+
 // The switch itself, on the CPU with two ImageLoaders standing for the two paths and the rules forced: whatever is
 // decided and wherever the switch falls (mid-epoch, windows across an epoch end), the batches are those of one
 // plain loader (order, labels, pixels); each path is made once; the windows count only batches with training
@@ -578,29 +587,17 @@ TEST_F(Folder, AutoDecodeSwitchesMidEpochAndKeepsEveryBatch) {
   for (const int outcome : {0, 1, 2}) {
     const std::string tag = "outcome " + std::to_string(outcome);
     int cpu_made = 0, gpu_made = 0;
-    auto make_cpu = [&]() -> std::unique_ptr<Loader> {
-      ++cpu_made;
-      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
-    };
-    auto make_gpu = [&]() -> std::unique_ptr<Loader> {
-      ++gpu_made;
-      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
-    };
     AutoDecodeOptions ao;
     ao.warm_batches = 3;  // warm: epoch 0 batches 0-2; CPU window: 3, 4, (epoch 1 batch 0 not counted), 1
     ao.window_batches = 3;
     ao.gpu_warm_batches = 1;  // switch after epoch 1 batch 1; GPU warm: batch 2; window: 3, 4, (epoch 2: 0), 1
     ao.keep_cpu = [&](const DecodeWindow&, const AutoDecodeOptions&) { return outcome == 0; };
     ao.keep_gpu = [&](const DecodeWindow&, const DecodeWindow&) { return outcome == 1; };
-    AutoDecodeLoader l(make_cpu, make_gpu, /*workers=*/2, ao);
+    AutoDecodeLoader l(cpu_loaders(list.samples, o, &cpu_made), cpu_loaders(list.samples, o, &gpu_made),
+                       /*workers=*/2, ao);
     int cpu_follower = 0, gpu_follower = 0;
-    AutoDecodeLoader follower([&]() -> std::unique_ptr<Loader> {
-      ++cpu_follower;
-      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
-    }, [&]() -> std::unique_ptr<Loader> {
-      ++gpu_follower;
-      return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU);
-    }, &l);
+    AutoDecodeLoader follower(cpu_loaders(list.samples, o, &cpu_follower), cpu_loaders(list.samples, o, &gpu_follower),
+                              &l);
     std::vector<Batch> got;
     std::vector<int64_t> decided_at;  // batch numbers (across epochs) after which it had decided
     for (int64_t e = 0; e < 3; ++e) {
@@ -667,7 +664,6 @@ TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
     }
   };
   for (const bool at_start : {true, false}) {
-    auto make_cpu = [&]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(list.samples, o, torch::kCPU); };
     auto make_gpu = [&]() -> std::unique_ptr<Loader> {
       if (at_start) throw Error("no nvJPEG here (stand-in)");
       return std::make_unique<Failing>(list.samples, o);
@@ -678,7 +674,7 @@ TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
     ao.gpu_warm_batches = 1;
     ao.keep_cpu = [](const DecodeWindow&, const AutoDecodeOptions&) { return false; };
     ao.keep_gpu = [](const DecodeWindow&, const DecodeWindow&) { return true; };
-    AutoDecodeLoader l(make_cpu, make_gpu, 2, ao);
+    AutoDecodeLoader l(cpu_loaders(list.samples, o), make_gpu, 2, ao);
     std::vector<std::vector<int64_t>> got;
     for (int64_t e = 0; e < 2; ++e) {
       l.set_epoch(e);
@@ -696,11 +692,7 @@ TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
   ImageLoaderOptions one = o;
   one.batch_size = 16;  // 21 samples, drop_last: one batch an epoch
   int gpu_made = 0;
-  AutoDecodeLoader l([&]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(list.samples, one, torch::kCPU); },
-                     [&]() -> std::unique_ptr<Loader> {
-                       ++gpu_made;
-                       return std::make_unique<ImageLoader>(list.samples, one, torch::kCPU);
-                     }, 2);
+  AutoDecodeLoader l(cpu_loaders(list.samples, one), cpu_loaders(list.samples, one, &gpu_made), 2);
   l.set_epoch(0);
   EXPECT_TRUE(l.decided());
   EXPECT_FALSE(l.on_gpu());

@@ -60,6 +60,7 @@ void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
 }
 
 bool AutoDecodeLoader::next(Batch& out) {
+  if (state_ == State::decided) return active_->next(out);  // nothing left to measure or switch
   const Clock::time_point call = Clock::now();
   bool got = false;
   if (state_ == State::gpu_warm || state_ == State::gpu_window) {
@@ -80,7 +81,7 @@ bool AutoDecodeLoader::next(Batch& out) {
   }
   const Clock::time_point ret = Clock::now();
   ++batch_;
-  if (state_ != State::decided) measured(out, call, ret);
+  measured(out, call, ret);
   // from here the consumer trains (a switch above is not counted as its time)
   last_return_ = Clock::now();
   have_last_ = true;
