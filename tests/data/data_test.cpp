@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "data/image_ops.h"
+#include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
 #include "data/memory_loader.h"
 #include "data/pack.h"
@@ -112,6 +114,139 @@ TEST_F(Images, CropDecodeEqualsFullDecodeThenCrop) {
     EXPECT_LT(sum / (crop.width * crop.height * 3), 0.05) << name;
     EXPECT_LE(mx, 4) << name;
   }
+}
+
+// Windows over a w x h image: random ones, and ones touching each edge, the corners and MCU boundaries.
+std::vector<Rect> test_windows(int w, int h, int random, uint32_t seed) {
+  std::vector<Rect> out = {{0, 0, w, h},          {0, 0, 1, 1},           {w - 1, h - 1, 1, 1},
+                           {std::min(16, w - 1), std::min(16, h - 1), 1, 1}, {0, h / 2, w, h - h / 2},
+                           {w / 3, 0, w / 3 + 1, h / 4 + 1}, {w / 2, h / 2, w - w / 2, h - h / 2}};
+  std::mt19937 g(seed);
+  for (int i = 0; i < random; ++i) {
+    const int ww = std::uniform_int_distribution<int>(1, w)(g), hh = std::uniform_int_distribution<int>(1, h)(g);
+    out.push_back({std::uniform_int_distribution<int>(0, w - ww)(g), std::uniform_int_distribution<int>(0, h - hh)(g),
+                   ww, hh});
+  }
+  return out;
+}
+
+// Decodes `win` of `jpg` at 1/d both ways (cut out first, and plain crop decoding) and expects the same pixels.
+// Returns whether the cut was taken.
+bool expect_cut_equals_plain(JpegDecoder& dec, const std::vector<uint8_t>& jpg, Rect win, int d,
+                             const std::string& what) {
+  JpegDecodeOptions o;
+  o.crop = true;
+  o.window = win;
+  o.scale_denom = d;
+  RgbImage cut, plain;
+  dec.decode(jpg.data(), jpg.size(), o, cut, what);
+  o.cut = false;
+  dec.decode(jpg.data(), jpg.size(), o, plain, what);
+  EXPECT_EQ(cut.width, plain.width) << what << " window " << win.x << "," << win.y << " " << win.w << "x" << win.h
+                                    << " 1/" << d;
+  EXPECT_EQ(cut.height, plain.height) << what;
+  EXPECT_TRUE(cut.pixels == plain.pixels) << what << " window " << win.x << "," << win.y << " " << win.w << "x"
+                                          << win.h << " 1/" << d;
+  std::vector<uint8_t> tmp;
+  Rect at;
+  return cut_jpeg_window(jpg.data(), jpg.size(), win, tmp, &at);
+}
+
+// trainer pack's lossless rewrite keeps every pixel and puts a restart marker after every MCU; a window cut out
+// of it decodes to exactly what plain crop decoding gives, at every DCT scale, for colour (4:2:0), grayscale,
+// a progressive original, an odd size and an EXIF-carrying file. CMYK files are left alone.
+TEST_F(Images, RestartRewriteIsLosslessAndCutDecodeEqualsPlainCropDecode) {
+  JpegDecoder dec;
+  int windows = 0, cuts = 0;
+  for (const std::string name : {"baseline", "progressive", "gray", "odd", "exif"}) {
+    SCOPED_TRACE(name);
+    const auto orig = bytes_of(fixture_path(name + ".jpg"));
+    std::vector<uint8_t> rst;
+    ASSERT_TRUE(transcode_with_restarts(orig.data(), orig.size(), rst, name));
+    RestartIndex idx;
+    ASSERT_TRUE(index_restart_intervals(rst.data(), rst.size(), idx));
+    EXPECT_EQ(idx.interval, 1);
+    EXPECT_EQ(idx.starts.size(), static_cast<size_t>(idx.mcu_cols) * idx.mcu_rows);
+    EXPECT_EQ(idx.mcu_w, name == "gray" ? 8 : 16);
+    RgbImage a, b;
+    dec.decode(orig.data(), orig.size(), {}, a, name);
+    dec.decode(rst.data(), rst.size(), {}, b, name);
+    ASSERT_EQ(a.width, b.width);
+    ASSERT_EQ(a.height, b.height);
+    EXPECT_TRUE(a.pixels == b.pixels) << "the rewrite changed pixels";
+    for (const Rect& w : test_windows(a.width, a.height, 30, 11))
+      for (int d : {1, 2, 4, 8}) {
+        cuts += expect_cut_equals_plain(dec, rst, w, d, name);
+        ++windows;
+      }
+  }
+  // all but the windows that start at the top at full width (nothing to save there)
+  EXPECT_GT(cuts, windows * 3 / 4) << cuts << " of " << windows;
+  const auto cmyk = bytes_of(fixture_path("cmyk.jpg"));
+  std::vector<uint8_t> out = {1, 2, 3};
+  EXPECT_FALSE(transcode_with_restarts(cmyk.data(), cmyk.size(), out, "cmyk"));
+  EXPECT_EQ(out.size(), 3u);
+  // files without restart markers (every fixture as written) are decoded the plain way
+  std::vector<uint8_t> tmp;
+  Rect at;
+  EXPECT_FALSE(cut_jpeg_window(cmyk.data(), cmyk.size(), {40, 40, 50, 50}, tmp, &at));
+  const auto base = bytes_of(fixture_path("baseline.jpg"));
+  EXPECT_FALSE(cut_jpeg_window(base.data(), base.size(), {40, 40, 50, 50}, tmp, &at));
+}
+
+// Restart intervals of several MCUs or of whole rows (other encoders' choices) are cut along their own
+// boundaries; intervals that do not tile rectangles are decoded the plain way. A marker out of sequence or a
+// truncated file is never cut past: the plain path reports it, naming the file.
+TEST_F(Images, CutDecodeFollowsTheIntervalsAndNeverHidesCorruption) {
+  JpegDecoder dec;
+  const RgbImage src = decode_full("baseline");  // 320 x 240: 20 x 15 MCUs of 16 x 16
+  for (int r : {1, 2, 5, 20, 40, 3, 7, 30}) {
+    SCOPED_TRACE("interval " + std::to_string(r));
+    std::vector<uint8_t> jpg;
+    encode_jpeg(src, 90, jpg, "x.jpg", r);
+    const bool tiles = 20 % r == 0 || r % 20 == 0;
+    RestartIndex idx;
+    EXPECT_EQ(index_restart_intervals(jpg.data(), jpg.size(), idx), tiles);
+    int cuts = 0;
+    for (const Rect& w : test_windows(src.width, src.height, 12, static_cast<uint32_t>(r)))
+      for (int d : {1, 2}) cuts += expect_cut_equals_plain(dec, jpg, w, d, "x.jpg");
+    if (tiles) EXPECT_GT(cuts, 0);
+    else EXPECT_EQ(cuts, 0);
+  }
+  std::vector<uint8_t> jpg;
+  encode_jpeg(src, 90, jpg, "x.jpg", 1);
+  RestartIndex idx;
+  ASSERT_TRUE(index_restart_intervals(jpg.data(), jpg.size(), idx));
+  const Rect low = {100, 180, 120, 50};  // MCU rows 10-14
+  JpegDecodeOptions o;
+  o.crop = true;
+  o.window = low;
+  RgbImage img;
+  // marker 100 (row 5) renumbered: the cut declines and the plain decoder, reading past it, reports it
+  auto bad = jpg;
+  const size_t at100 = idx.starts[100] - 1;  // the marker's second byte
+  bad[at100] = static_cast<uint8_t>(0xD0 + ((bad[at100] - 0xD0 + 3) & 7));
+  std::vector<uint8_t> tmp;
+  Rect at;
+  EXPECT_FALSE(cut_jpeg_window(bad.data(), bad.size(), low, tmp, &at));
+  try {
+    dec.decode(bad.data(), bad.size(), o, img, "renumbered.jpg");
+    ADD_FAILURE() << "a marker out of sequence went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("renumbered.jpg"), std::string::npos) << e.what();
+  }
+  // truncated inside MCU row 8: a window in rows 0-6 is still cut and equals the whole file's; one below throws
+  const std::vector<uint8_t> cut(jpg.begin(), jpg.begin() + idx.starts[8 * 20 + 5]);
+  const Rect high = {30, 20, 150, 60};
+  EXPECT_TRUE(expect_cut_equals_plain(dec, cut, high, 1, "truncated.jpg"));
+  RgbImage whole, part;
+  o.window = high;
+  dec.decode(jpg.data(), jpg.size(), o, whole, "x.jpg");
+  dec.decode(cut.data(), cut.size(), o, part, "truncated.jpg");
+  EXPECT_TRUE(whole.pixels == part.pixels);
+  o.window = low;
+  EXPECT_FALSE(cut_jpeg_window(cut.data(), cut.size(), low, tmp, &at));
+  EXPECT_THROW(dec.decode(cut.data(), cut.size(), o, img, "truncated.jpg"), Error);
 }
 
 TEST_F(Images, DctScaledDecodeApproximatesFullDecodeThenResize) {
@@ -836,6 +971,7 @@ TEST_F(Shards, PackKeepsBytesLabelsAndOrderAndPythonReadsThem) {
   o.shard_samples = 8;  // 21 samples: 3 shards
   o.shuffle = false;
   o.threads = 3;
+  o.restart_markers = false;  // byte for byte
   int64_t last = 0;
   const PackStats st = pack_dataset(o, [&](int64_t done, int64_t total) {
     EXPECT_EQ(total, 21);
@@ -881,6 +1017,59 @@ TEST_F(Shards, PackKeepsBytesLabelsAndOrderAndPythonReadsThem) {
       "print('samples', n)\n");
   EXPECT_NE(out.find("samples 21"), std::string::npos) << out;
   EXPECT_NE(out.find("000000020 2 "), std::string::npos) << out;
+}
+
+// By default pack rewrites JPEGs losslessly with restart markers: Pillow decodes every packed image to the same
+// pixels as its source file, and the loader's training batches (RandomResizedCrop windows cut out of the packed
+// files) equal those it makes from the source files, bit for bit. CMYK files are packed as they are.
+TEST_F(Shards, PackRewritesJpegsWithRestartMarkersAndTheSamePixels) {
+  test::TempDir dir;
+  const std::string root = make_folder(dir);
+  const ImageList src = scan_image_folder(root);
+  PackOptions o;
+  o.src = root;
+  o.out = dir.file("shards");
+  o.shuffle = false;
+  o.threads = 2;
+  const PackStats st = pack_dataset(o);
+  EXPECT_EQ(st.samples, 21);
+  EXPECT_EQ(st.transcoded, 18);  // all but the three CMYK files
+  const ImageList packed = scan_shards(o.out);
+  ASSERT_EQ(packed.samples.size(), src.samples.size());
+  int with_markers = 0;
+  for (const auto& p : packed.samples) {
+    const std::string tar = test::read_file(p.path);
+    RestartIndex idx;
+    with_markers += index_restart_intervals(reinterpret_cast<const uint8_t*>(tar.data()) + p.offset,
+                                            static_cast<size_t>(p.size), idx);
+  }
+  EXPECT_EQ(with_markers, 18);
+  for (const bool train : {true, false}) {
+    ImageLoaderOptions lo = options(2);
+    lo.train = train;
+    ImageLoader a(src.samples, lo, torch::kCPU), b(packed.samples, lo, torch::kCPU);
+    for (int64_t e : {0, 1}) {
+      const auto ea = epoch(a, e), eb = epoch(b, e);
+      ASSERT_EQ(ea.size(), eb.size());
+      for (size_t i = 0; i < ea.size(); ++i)
+        EXPECT_TRUE(torch::equal(ea[i], eb[i])) << (train ? "train" : "eval") << " epoch " << e << " batch " << i;
+    }
+  }
+  const std::string out = run_python(
+      "import io, tarfile, glob\n"
+      "import numpy as np\n"
+      "from PIL import Image\n"
+      "src = sorted(glob.glob('" + root + "/*/*.jpg'))\n"
+      "i = same = 0\n"
+      "for t in sorted(glob.glob('" + o.out + "/*.tar')):\n"
+      "    with tarfile.open(t) as f:\n"
+      "        for m in sorted(n for n in f.getnames() if n.endswith('.jpg')):\n"
+      "            a = np.asarray(Image.open(io.BytesIO(f.extractfile(m).read())).convert('RGB'))\n"
+      "            b = np.asarray(Image.open(src[i]).convert('RGB'))\n"
+      "            same += a.shape == b.shape and bool((a == b).all())\n"
+      "            i += 1\n"
+      "print('same', same, 'of', i)\n");
+  EXPECT_NE(out.find("same 21 of 21"), std::string::npos) << out;
 }
 
 TEST_F(Shards, ReencodeShrinksToMaxSide) {

@@ -43,7 +43,7 @@ std::string to_file(const uint8_t* data, size_t size, const std::string& ext) {
 }
 
 // ---- seeds made here, so the corpus needs no files in the repository ----
-std::string make_jpeg(int w, int h, int comps, bool progressive) {
+std::string make_jpeg(int w, int h, int comps, bool progressive, int restart_mcus = 0) {
   jpeg_compress_struct c{};
   jpeg_error_mgr err{};
   c.err = jpeg_std_error(&err);
@@ -58,6 +58,7 @@ std::string make_jpeg(int w, int h, int comps, bool progressive) {
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 80, TRUE);
   if (progressive) jpeg_simple_progression(&c);
+  c.restart_interval = static_cast<unsigned>(restart_mcus);
   jpeg_start_compress(&c, TRUE);
   std::vector<uint8_t> row(static_cast<size_t>(w) * comps);
   while (c.next_scanline < c.image_height) {
@@ -113,16 +114,22 @@ void run_jpeg(const uint8_t* d, size_t n) {
     RgbImage img;
     JpegDecodeOptions o;
     dec.decode(d, n, o, img, "fuzz.jpg");
-    o.scale_denom = 4;  // DCT-scaled, crop-only: the training path
+    o.scale_denom = 4;  // DCT-scaled, crop-only: the training path (cut out first where it has restart markers)
     o.crop = true;
     o.window = {info.width / 4, info.height / 3, std::max(1, info.width / 2), std::max(1, info.height / 2)};
     dec.decode(d, n, o, img, "fuzz.jpg");
+    std::vector<uint8_t> rewritten;  // trainer pack's lossless rewrite, then the cut of its output
+    if (transcode_with_restarts(d, n, rewritten, "fuzz.jpg")) {
+      o.scale_denom = 1;
+      dec.decode(rewritten.data(), rewritten.size(), o, img, "fuzz.jpg");
+    }
   } catch (const Error&) {
   }
 }
 std::vector<std::string> seeds_jpeg() {
   return {make_jpeg(16, 16, 3, false), make_jpeg(33, 17, 3, true), make_jpeg(24, 8, 1, false),
-          make_jpeg(16, 16, 4, false)};
+          make_jpeg(16, 16, 4, false), make_jpeg(48, 40, 3, false, 1), make_jpeg(40, 33, 1, false, 5),
+          make_jpeg(64, 48, 3, false, 4)};
 }
 
 void run_png(const uint8_t* d, size_t n) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "data/jpeg_cut.h"
 
 namespace trainer {
 
@@ -48,6 +49,7 @@ struct JpegDecoder::Impl {
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
   std::vector<uint8_t> row;  // one scanline of the decoder's output
+  std::vector<uint8_t> cut;  // the window cut out of a file with restart markers
 };
 
 JpegDecoder::JpegDecoder() : impl_(new Impl) {
@@ -79,6 +81,17 @@ JpegInfo JpegDecoder::read_info(const uint8_t* data, size_t size, const std::str
 
 void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptions& opt, RgbImage& out,
                          const std::string& name) {
+  Rect at;
+  if (opt.crop && opt.cut && opt.window.w > 0 && opt.window.h > 0 &&
+      cut_jpeg_window(data, size, opt.window, impl_->cut, &at)) {
+    // the cut's origin is a multiple of the MCU size, hence of every scale: the same window, shifted
+    JpegDecodeOptions o = opt;
+    o.cut = false;
+    o.window.x -= at.x;
+    o.window.y -= at.y;
+    decode(impl_->cut.data(), impl_->cut.size(), o, out, name);
+    return;
+  }
   jpeg_decompress_struct& c = impl_->cinfo;
   impl_->err.warnings = 0;
   if (setjmp(impl_->err.jump)) {
@@ -154,7 +167,8 @@ void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptio
 
 namespace trainer {
 
-void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name) {
+void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
+                 int restart_mcus) {
   TRAINER_CHECK(img.width > 0 && img.height > 0 &&
                     img.pixels.size() == static_cast<size_t>(img.width) * img.height * 3,
                 name, ": cannot encode a ", img.width, "x", img.height, " image");
@@ -178,6 +192,7 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
   cinfo.in_color_space = JCS_RGB;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, std::clamp(quality, 1, 100), TRUE);
+  cinfo.restart_interval = static_cast<unsigned>(std::max(0, restart_mcus));
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<JSAMPROW>(img.pixels.data() + static_cast<size_t>(cinfo.next_scanline) * img.width * 3);
@@ -187,6 +202,64 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
   out.assign(buf, buf + size);
   jpeg_destroy_compress(&cinfo);
   std::free(buf);
+}
+
+bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name) {
+  TRAINER_CHECK(size > 0, name, ": empty file");
+  // one error manager for both ends: any libjpeg error or warning lands at the one setjmp below
+  ErrorMgr err;
+  err.warnings = 0;
+  jpeg_decompress_struct src;
+  jpeg_compress_struct dst;
+  src.err = jpeg_std_error(&err.pub);
+  dst.err = &err.pub;
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  jpeg_create_decompress(&src);
+  jpeg_create_compress(&dst);
+  unsigned char* buf = nullptr;
+  unsigned long n = 0;
+  const auto release = [&] {
+    jpeg_destroy_compress(&dst);
+    jpeg_destroy_decompress(&src);
+    std::free(buf);
+  };
+  if (setjmp(err.jump)) {
+    release();
+    TRAINER_FAIL(name, ": not a readable JPEG: ", err.message);
+  }
+  jpeg_mem_src(&src, data, static_cast<unsigned long>(size));
+  jpeg_save_markers(&src, JPEG_COM, 0xFFFF);
+  for (int m = 0; m < 16; ++m) jpeg_save_markers(&src, JPEG_APP0 + m, 0xFFFF);
+  jpeg_read_header(&src, TRUE);
+  const bool cmyk = src.jpeg_color_space == JCS_CMYK || src.jpeg_color_space == JCS_YCCK;
+  if (cmyk || (src.num_components != 1 && src.num_components != 3)) {
+    release();
+    return false;
+  }
+  jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&src);
+  if (err.warnings > 0) {
+    const std::string why = err.message;
+    release();
+    TRAINER_FAIL(name, ": corrupt JPEG data: ", why);
+  }
+  jpeg_copy_critical_parameters(&src, &dst);
+  dst.optimize_coding = TRUE;
+  dst.restart_interval = 1;
+  jpeg_mem_dest(&dst, &buf, &n);
+  jpeg_write_coefficients(&dst, coefficients);
+  for (jpeg_saved_marker_ptr m = src.marker_list; m; m = m->next) {
+    // libjpeg writes its own JFIF (APP0) and Adobe (APP14) headers where they apply: not twice
+    const bool jfif = m->marker == JPEG_APP0 && m->data_length >= 5 && std::memcmp(m->data, "JFIF", 5) == 0;
+    const bool adobe = m->marker == JPEG_APP0 + 14 && m->data_length >= 5 && std::memcmp(m->data, "Adobe", 5) == 0;
+    if ((jfif && dst.write_JFIF_header) || (adobe && dst.write_Adobe_marker)) continue;
+    jpeg_write_marker(&dst, m->marker, m->data, m->data_length);
+  }
+  jpeg_finish_compress(&dst);
+  jpeg_finish_decompress(&src);
+  out.assign(buf, buf + n);
+  release();
+  return true;
 }
 
 }  // namespace trainer

@@ -24,6 +24,9 @@ struct JpegDecodeOptions {
   int scale_denom = 1;      // 1, 2, 4 or 8: decode at 1/scale_denom of full size
   bool crop = false;        // decode only `window` (in full-resolution pixels)
   Rect window;
+  // With crop, where the file has restart markers that allow it (jpeg_cut.h): cut the window's MCUs out first
+  // and entropy-decode only those. Same pixels; false decodes the ordinary way (tests compare the two).
+  bool cut = true;
 };
 
 // An RGB image, rows of width*3 bytes.
@@ -53,8 +56,17 @@ class JpegDecoder {
   Impl* impl_;
 };
 
-// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding). `name` labels errors.
-void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name);
+// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), with a restart marker after
+// every `restart_mcus` MCUs (0: none). `name` labels errors.
+void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
+                 int restart_mcus = 0);
+
+// Lossless rewrite of a JPEG (trainer pack): the same DCT coefficients, hence the same pixels, written sequential
+// (a progressive file becomes baseline) with optimised Huffman tables and a restart marker after every MCU, so
+// that crop decoding can cut its window out (jpeg_cut.h). APPn and COM markers (EXIF, ICC) are kept. Returns
+// false, leaving `out` alone, for CMYK/YCCK files (kept as they are); throws Error naming `name` for a file
+// libjpeg cannot read whole (corrupt or truncated data).
+bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name);
 
 // Refuses images larger than this many pixels (a hostile header cannot make us allocate gigabytes).
 constexpr int64_t kMaxImagePixels = int64_t(1) << 28;

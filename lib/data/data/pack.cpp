@@ -32,7 +32,7 @@ int64_t parse_int(const std::string& opt, const std::string& v, int64_t lo, int6
 struct Packed {
   std::vector<uint8_t> bytes;
   std::string ext;
-  bool ok = false, reencoded = false;
+  bool ok = false, reencoded = false, transcoded = false;
   int64_t in_bytes = 0;
   std::string error;
 };
@@ -50,6 +50,13 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
     // decode fully: validates the file, and is needed to shrink or re-encode
     if (fmt == ImageFormat::jpeg) jpeg.decode(file.data(), file.size(), JpegDecodeOptions{}, img, s.path);
     else decode_png(file.data(), file.size(), img, s.path);
+  } else if (o.restart_markers) {
+    // reads every coefficient (validates the whole file), writes them back with restart markers
+    std::vector<uint8_t> rewritten;
+    if (transcode_with_restarts(file.data(), file.size(), rewritten, s.path)) {
+      file = std::move(rewritten);
+      p.transcoded = true;
+    }
   } else {
     int w = 0, h = 0;
     read_image_size(jpeg, file.data(), file.size(), s.path, &w, &h);  // at least a readable header
@@ -70,7 +77,7 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
                small.width, small.height, small.width * 3, /*flip=*/false);
     img = std::move(small);
   }
-  encode_jpeg(img, quality, p.bytes, s.path);
+  encode_jpeg(img, quality, p.bytes, s.path, o.restart_markers ? 1 : 0);
   p.ext = "jpg";
   p.reencoded = true;
   p.ok = true;
@@ -81,11 +88,14 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
 std::string pack_usage() {
   return "usage: trainer pack --src <ImageFolder root | list file> --out <folder> [--root DIR] [--max-side N]\n"
          "                    [--quality Q] [--shard-size N] [--shard-mb M] [--no-shuffle] [--seed S] [--threads T]\n"
+         "                    [--no-restart-markers]\n"
          "  --src         class folders (ImageFolder) or a list file of 'path,label' lines\n"
          "  --root        list file: the folder its paths are relative to (default: the list's folder)\n"
          "  --out         where shard-NNNNNN.tar, their .idx and classes.txt are written\n"
          "  --max-side    shrink images whose longer side exceeds N, re-encoding them as JPEG\n"
          "  --quality     re-encode every image as JPEG at Q (1-100); with --max-side alone Q is 90\n"
+         "  --no-restart-markers  keep JPEG files byte for byte (default: rewritten losslessly, same pixels, with a\n"
+         "                restart marker after every MCU so that crop decoding reads only the crop's share)\n"
          "  --shard-size  samples per shard (default 5000); --shard-mb: MiB per shard (default 1024)\n"
          "  --no-shuffle  keep the source order (default: shuffled by --seed, 0)\n";
 }
@@ -111,6 +121,7 @@ PackOptions parse_pack_args(const std::vector<std::string>& args) {
     else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, value(), 0, INT64_MAX));
     else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, value(), 0, 4096));
     else if (a == "--no-shuffle") o.shuffle = false;
+    else if (a == "--no-restart-markers") o.restart_markers = false;
     else throw ConfigError(str_cat("pack: unknown option '", args[i], "'\n", pack_usage()));
   }
   if (o.src.empty() || o.out.empty()) throw ConfigError("pack needs --src and --out\n" + pack_usage());
@@ -159,6 +170,7 @@ PackStats pack_dataset(const PackOptions& o, const std::function<void(int64_t, i
       writer.add(strprintf("%09lld", static_cast<long long>(st.samples)), p.ext, p.bytes, s.label);
       ++st.samples;
       st.reencoded += p.reencoded;
+      st.transcoded += p.transcoded;
       st.bytes_in += p.in_bytes;
     }
     if (progress) progress(static_cast<int64_t>(base + m), static_cast<int64_t>(n));

@@ -1,6 +1,8 @@
 // `trainer pack`: an ImageFolder or a list file into WebDataset-compatible tar shards with indexes (shards.h),
 // optionally shrinking every image so its longer side is at most max_side and re-encoding it as JPEG at a given
-// quality (decode cost falls with the pixel count: the FFCV trick). Samples are shuffled by seed so a sequential
+// quality (decode cost falls with the pixel count: the FFCV trick). JPEGs kept at their size are rewritten
+// losslessly with a restart marker after every MCU (same pixels; crop decoding then reads only the window's share
+// of the coded data, jpeg_cut.h), unless restart_markers is off. Samples are shuffled by seed so a sequential
 // reader (webdataset in Python) sees mixed classes. Unreadable images are skipped, counted and named.
 #pragma once
 #include <cstdint>
@@ -18,6 +20,7 @@ struct PackOptions {
   int64_t shard_mb = 1024;       // and at most this many MiB
   int max_side = 0;              // > 0: shrink larger images to this longer side (re-encodes)
   int quality = 0;               // > 0: re-encode every image as JPEG at this quality; with max_side only: 90
+  bool restart_markers = true;   // JPEGs: a restart marker after every MCU (lossless rewrite); false: bytes as read
   bool shuffle = true;
   uint64_t seed = 0;
   int threads = 0;               // 0 = all cores
@@ -25,6 +28,7 @@ struct PackOptions {
 
 struct PackStats {
   int64_t samples = 0, shards = 0, skipped = 0, reencoded = 0;
+  int64_t transcoded = 0;               // rewritten losslessly with restart markers
   int64_t bytes_in = 0, bytes_out = 0;  // image bytes read, tar bytes written
 };
 

@@ -1,0 +1,167 @@
+#include "data/jpeg_cut.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace trainer {
+namespace {
+
+inline int be16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
+
+// Headers up to the first scan: frame size, sampling, restart interval. False for anything we do not cut.
+bool read_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+  size_t p = 2;
+  int components = 0, hmax = 1, vmax = 1;
+  bool have_frame = false;
+  while (p + 4 <= n) {
+    if (d[p] != 0xFF) return false;
+    if (d[p + 1] == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    const int m = d[p + 1];
+    const size_t len = static_cast<size_t>(be16(d + p + 2));
+    if (len < 2 || p + 2 + len > n) return false;
+    const uint8_t* s = d + p + 4;  // the segment's payload
+    if (m == 0xC0 || m == 0xC1) {  // baseline / extended sequential, Huffman
+      if (len < 8 || s[0] != 8) return false;
+      idx.height = be16(s + 1);
+      idx.width = be16(s + 3);
+      components = s[5];
+      if (idx.height == 0 || idx.width == 0 || components < 1 || len < 8 + 3 * static_cast<size_t>(components))
+        return false;
+      for (int c = 0; c < components; ++c) {
+        const int f = s[6 + 3 * c + 1];
+        hmax = std::max(hmax, f >> 4);
+        vmax = std::max(vmax, f & 15);
+      }
+      idx.sof_at = p;
+      have_frame = true;
+    } else if ((m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) || m == 0xDC) {
+      return false;  // progressive, lossless, arithmetic-coded, hierarchical, DNL
+    } else if (m == 0xDD) {
+      if (len < 4) return false;
+      idx.interval = be16(s);
+    } else if (m == 0xDA) {
+      if (!have_frame || idx.interval <= 0 || s[0] != components) return false;  // one scan with every component
+      idx.scan_at = p + 2 + len;
+      break;
+    } else if (m == 0xD9 || (m >= 0xD0 && m <= 0xD8) || m == 0x01) {
+      return false;
+    }
+    p += 2 + len;
+  }
+  if (idx.scan_at == 0) return false;
+  // a scan of one component has MCUs of one block whatever its sampling factors
+  idx.mcu_w = components == 1 ? 8 : 8 * hmax;
+  idx.mcu_h = components == 1 ? 8 : 8 * vmax;
+  idx.mcu_cols = (idx.width + idx.mcu_w - 1) / idx.mcu_w;
+  idx.mcu_rows = (idx.height + idx.mcu_h - 1) / idx.mcu_h;
+  const int r = idx.interval, cols = idx.mcu_cols;
+  return cols % r == 0 || r % cols == 0;  // intervals tile rectangles: a part of a row, or whole rows
+}
+
+// After read_headers: the interval boundaries up to interval `upto` (-1: all, and the count must match).
+bool scan_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
+  const int64_t mcus = int64_t(idx.mcu_cols) * idx.mcu_rows;
+  const int64_t total = (mcus + idx.interval - 1) / idx.interval;
+  if (upto >= total || n > UINT32_MAX) return false;
+  idx.starts.reserve(static_cast<size_t>(upto >= 0 ? upto + 2 : total + 1));
+  idx.starts.push_back(static_cast<uint32_t>(idx.scan_at));
+  size_t q = idx.scan_at;
+  while (true) {
+    const void* hit = q < n ? std::memchr(d + q, 0xFF, n - q) : nullptr;
+    if (!hit || static_cast<const uint8_t*>(hit) + 1 >= d + n) return false;  // truncated
+    const size_t f = static_cast<size_t>(static_cast<const uint8_t*>(hit) - d);
+    const int m = d[f + 1];
+    if (m == 0x00) {  // a stuffed 0xFF data byte
+      q = f + 2;
+    } else if (m == 0xFF) {  // fill before a marker
+      q = f + 1;
+    } else if (m >= 0xD0 && m <= 0xD7) {
+      const int64_t k = static_cast<int64_t>(idx.starts.size());  // this marker ends interval k - 1
+      if ((m - 0xD0) != ((k - 1) & 7) || k >= total) return false;
+      if (upto >= 0 && k - 1 == upto) {
+        idx.scanned_end = f;
+        return true;
+      }
+      idx.starts.push_back(static_cast<uint32_t>(f + 2));
+      q = f + 2;
+    } else if (m == 0xD9) {
+      idx.scanned_end = f;
+      return static_cast<int64_t>(idx.starts.size()) == total;
+    } else {
+      return false;  // another scan, DNL, or garbage: not ours to cut
+    }
+  }
+}
+
+}  // namespace
+
+bool index_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
+  idx = RestartIndex{};
+  return read_headers(d, n, idx) && scan_intervals(d, n, idx, upto);
+}
+
+bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, std::vector<uint8_t>& out, Rect* at) {
+  RestartIndex idx;
+  if (!read_headers(d, n, idx)) return false;
+  const int mw = idx.mcu_w, mh = idx.mcu_h, cols = idx.mcu_cols, rows = idx.mcu_rows, r = idx.interval;
+  const int x0 = std::clamp(w.x, 0, idx.width - 1), y0 = std::clamp(w.y, 0, idx.height - 1);
+  const int x1 = std::clamp(w.x + w.w, x0 + 1, idx.width), y1 = std::clamp(w.y + w.h, y0 + 1, idx.height);
+  // The window's MCUs, and one MCU row above and below: the chroma upsampling reads a row of context there.
+  // Across, no margin: plain crop decoding (jpeg_crop_scanline) already treats the window's first and last MCU
+  // columns as the image's edges, and the cut image has its edges at the same columns.
+  int c0 = x0 / mw, c1 = (x1 + mw - 1) / mw;
+  int r0 = std::max(0, y0 / mh - 1), r1 = std::min(rows, (y1 + mh - 1) / mh + 1);
+  if (cols % r == 0) {  // intervals are parts of a row: widen to whole intervals
+    c0 = c0 / r * r;
+    c1 = std::min(cols, (c1 + r - 1) / r * r);
+  } else {  // intervals are whole rows
+    const int k = r / cols;
+    c0 = 0;
+    c1 = cols;
+    r0 = r0 / k * k;
+    r1 = std::min(rows, (r1 + k - 1) / k * k);
+  }
+  // plain crop decoding stops after the window's last row anyway: from the top at full width nothing is saved
+  if (r0 == 0 && c0 == 0 && c1 == cols) return false;
+  const int64_t last = (int64_t(r1 - 1) * cols + c1 - 1) / r;
+  if (!scan_intervals(d, n, idx, last)) return false;
+  const auto end_of = [&](int64_t i) {
+    return i + 1 < static_cast<int64_t>(idx.starts.size()) ? idx.starts[static_cast<size_t>(i + 1)] - 2
+                                                           : idx.scanned_end;
+  };
+  const int vw = c1 == cols ? idx.width - c0 * mw : (c1 - c0) * mw;
+  const int vh = r1 == rows ? idx.height - r0 * mh : (r1 - r0) * mh;
+  out.resize(idx.scan_at);
+  std::memcpy(out.data(), d, idx.scan_at);
+  uint8_t* sof = out.data() + idx.sof_at;
+  sof[5] = static_cast<uint8_t>(vh >> 8);
+  sof[6] = static_cast<uint8_t>(vh & 255);
+  sof[7] = static_cast<uint8_t>(vw >> 8);
+  sof[8] = static_cast<uint8_t>(vw & 255);
+  // the intervals to keep, in order (with whole-row intervals a row's interval can be a previous row's)
+  thread_local std::vector<int64_t> keep;
+  keep.clear();
+  for (int y = r0; y < r1; ++y)
+    for (int64_t i = (int64_t(y) * cols + c0) / r; i <= (int64_t(y) * cols + c1 - 1) / r; ++i)
+      if (keep.empty() || i > keep.back()) keep.push_back(i);
+  size_t bytes = 0;
+  for (const int64_t i : keep) bytes += end_of(i) - idx.starts[static_cast<size_t>(i)] + 2;
+  out.reserve(out.size() + bytes + 2);
+  for (size_t k = 0; k < keep.size(); ++k) {
+    if (k > 0) {  // markers count 0..7 from the cut's own first interval
+      out.push_back(0xFF);
+      out.push_back(static_cast<uint8_t>(0xD0 + ((k - 1) & 7)));
+    }
+    out.insert(out.end(), d + idx.starts[static_cast<size_t>(keep[k])], d + end_of(keep[k]));
+  }
+  out.push_back(0xFF);
+  out.push_back(0xD9);
+  *at = Rect{c0 * mw, r0 * mh, vw, vh};
+  return true;
+}
+
+}  // namespace trainer
