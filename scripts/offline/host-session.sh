@@ -10,6 +10,8 @@
 #   threads (GPU decode with 3 read threads + the producer, 4 data threads in all, and with 4 + 1, against
 #     synthetic; each process's CPU time)
 #   cpudata (issue 4's figures: the CPU pipeline alone, 14 and 16 threads, between two runs of both DataLoaders)
+#   restart (the same from the folder, byte-for-byte shards and restart-marker shards; GPU decode and ResNet-50
+#     end to end from restart shards)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
@@ -190,6 +192,40 @@ case "$phase" in
         | grep bench-data
     done
     dataloaders _after
+    ;;
+  restart)  # issue 4 with the shards `trainer pack` writes (JPEGs rewritten losslessly with restart markers, so crop
+            # decoding cuts the window out): the CPU pipeline alone from the folder, from byte-for-byte shards and
+            # from restart shards (14 and 16 threads), two interleaved repeats between two runs of both DataLoaders;
+            # GPU decode from restart shards; ResNet-50 end to end from restart shards and from the folder against
+            # synthetic, with the default 14 threads and with 8
+    jpeg_set
+    TIMEFORMAT="%R s wall"
+    { time $T pack --src data/imagenet_like/train --out data/rshards/train;
+      time $T pack --src data/imagenet_like/train --out data/pshards/train --no-restart-markers; } > "$out/pack.txt" 2>&1
+    cat "$out/pack.txt"
+    du -sb data/imagenet_like/train data/rshards/train data/pshards/train | tee -a "$out/pack.txt"
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60)
+    rs=(--set data.source=shards --set data.root=data/rshards --set data.eval_split=)
+    ps=(--set data.source=shards --set data.root=data/pshards --set data.eval_split=)
+    dataloaders _before
+    for rep in 1 2; do
+      $T bench-data "${common[@]}" --out "$out/bench/data_folder_14threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+      $T bench-data "${common[@]}" "${ps[@]}" --out "$out/bench/data_plainshards_14threads_$rep.json" 2>&1 \
+        | grep -E "bench-data|error"
+      $T bench-data "${common[@]}" "${rs[@]}" --out "$out/bench/data_restartshards_14threads_$rep.json" 2>&1 \
+        | grep -E "bench-data|error"
+      $T bench-data "${common[@]}" "${rs[@]}" --set data.workers=16 \
+        --out "$out/bench/data_restartshards_16threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+    done
+    dataloaders _after
+    $T bench-data "${gpudata[@]}" "${rs[@]}" --out "$out/bench/data_gpudecode_restartshards.json" 2>&1 \
+      | grep -E "bench-data|error"
+    e2e=("${e2e100[@]}")
+    erun resnet50_bf16_synthetic
+    erun resnet50_bf16_restartshards_14threads --set bench.data=pipeline "${rs[@]}"
+    erun resnet50_bf16_folder_8threads --set bench.data=pipeline --set data.workers=8
+    erun resnet50_bf16_restartshards_8threads --set bench.data=pipeline "${rs[@]}" --set data.workers=8
+    erun resnet50_bf16_synthetic_2
     ;;
   autofit)  # data.decode auto in `trainer` itself: 4 epochs of the JPEG set, evaluation at the end (which follows
             # the decision); with 4 decode threads (the GPU path expected) and the default (the CPU path expected)
