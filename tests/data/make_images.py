@@ -32,6 +32,9 @@ def main():
         "cmyk": (rgb.convert("CMYK"), dict(quality=95)),
         "odd": (Image.fromarray(photo_like(37, 53, 1)), dict(quality=85)),
         "exif": (rgb, dict(quality=90, exif=Image.Exif())),
+        # chroma not subsampled (MCUs of 8 x 8) and subsampled across only (16 x 8), odd sizes
+        "s444": (Image.fromarray(photo_like(203, 141, 3)), dict(quality=90, subsampling=0)),
+        "s422": (Image.fromarray(photo_like(157, 99, 4)), dict(quality=90, subsampling=1)),
     }
     ex = Image.Exif()
     ex[0x0112] = 1  # orientation tag present (value 1: as stored)

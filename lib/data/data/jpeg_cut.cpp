@@ -114,6 +114,12 @@ bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, std::vector<uint8_t>& o
   // Across, no margin: plain crop decoding (jpeg_crop_scanline) already treats the window's first and last MCU
   // columns as the image's edges, and the cut image has its edges at the same columns.
   int c0 = x0 / mw, c1 = (x1 + mw - 1) / mw;
+  // libjpeg picks the chroma upsampler by the frame's width (fancy upsampling only where the subsampled width at
+  // the decode scale exceeds 2): a cut at least two MCUs wide gets the one the whole image gets
+  if (c1 - c0 < 2) {
+    if (c1 < cols) ++c1;
+    else if (c0 > 0) --c0;
+  }
   int r0 = std::max(0, y0 / mh - 1), r1 = std::min(rows, (y1 + mh - 1) / mh + 1);
   if (cols % r == 0) {  // intervals are parts of a row: widen to whole intervals
     c0 = c0 / r * r;
