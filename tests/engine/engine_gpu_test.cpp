@@ -419,6 +419,51 @@ TEST(GpuDecode, NvjpegPixelsMatchTheCpuDecoder) {
   EXPECT_FALSE(out[5].defined()) << "CMYK goes to the CPU decoder";
 }
 
+// Shards from `trainer pack` hold JPEGs rewritten with a restart marker after every MCU (same coefficients): the
+// engines take them and give the same pixels as for the files they came from (the progressive original, which
+// the engines do not take, against the CPU decoder).
+TEST(GpuDecode, RestartMarkerRewritesDecodeLikeTheirSources) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  torch::Device dev(torch::kCUDA, 0);
+  GpuJpegDecoder gpu(dev);
+  const std::vector<std::string> names = {"baseline", "odd", "exif", "gray", "s444", "s422", "progressive"};
+  std::vector<std::vector<uint8_t>> orig, rst(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string b = test::read_file(fx + "/" + names[i] + ".jpg");
+    orig.emplace_back(b.begin(), b.end());
+    ASSERT_TRUE(transcode_with_restarts(orig[i].data(), orig[i].size(), rst[i], names[i]));
+  }
+  GpuJpegDecoder::Files a, b;
+  for (size_t i = 0; i < names.size(); ++i) {
+    a.push_back({orig[i].data(), orig[i].size()});
+    b.push_back({rst[i].data(), rst[i].size()});
+  }
+  const auto from_orig = gpu.decode(a), from_rst = gpu.decode(b);
+  torch::cuda::synchronize();
+  JpegDecoder cpu;
+  for (size_t i = 0; i < names.size(); ++i) {
+    SCOPED_TRACE(names[i]);
+    if (gpu.hardware()) EXPECT_TRUE(from_rst[i].defined()) << "the engines refused a restart-marker rewrite";
+    if (!from_rst[i].defined()) continue;
+    torch::Tensor want;
+    RgbImage ref;
+    if (from_orig[i].defined() && names[i] != "progressive") {
+      want = from_orig[i].cpu();
+    } else {
+      cpu.decode(orig[i].data(), orig[i].size(), JpegDecodeOptions{}, ref, names[i]);
+      want = torch::from_blob(ref.pixels.data(), {ref.height, ref.width, 3}, torch::kUInt8);
+    }
+    ASSERT_EQ(from_rst[i].sizes(), want.sizes());
+    const auto diff = (from_rst[i].cpu().to(torch::kFloat32) - want.to(torch::kFloat32)).abs();
+    std::printf("  %s: restart rewrite vs %s: mean |diff| %.4f, max %.0f\n", names[i].c_str(),
+                names[i] == "progressive" ? "libjpeg-turbo" : "the source on nvJPEG", diff.mean().item<double>(),
+                diff.max().item<double>());
+    if (names[i] == "progressive") EXPECT_LT(diff.mean().item<double>(), 2.0);
+    else EXPECT_EQ(diff.max().item<double>(), 0.0) << "same coefficients, same decoder: the pixels must agree";
+  }
+}
+
 // Crop-only decode on the engines (nvJPEG regions) gives the pixels of the whole-image decode's crop: the region
 // decode starts at the region's first MCU, so only chroma upsampling at the region's edges may round differently.
 TEST(GpuDecode, RegionDecodeMatchesTheWholeImageCrop) {
