@@ -12,6 +12,8 @@
 #   cpudata (issue 4's figures: the CPU pipeline alone, 14 and 16 threads, between two runs of both DataLoaders)
 #   restart (the same from the folder, byte-for-byte shards and restart-marker shards; GPU decode and ResNet-50
 #     end to end from restart shards)
+#   shrunk (shards shrunk with pack --max-side 320, with and without restart markers, against the DataLoader on
+#     the originals and on the same shrunk images)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
 #   dtype (data.dtype: the batch in bfloat16 against float32, end to end and the pipeline alone)
 #   issue9 (the GPU decode issue's figures: pipeline alone vs both DataLoader baselines, then e2e100)
@@ -37,10 +39,10 @@ jpeg_set() {
   mkdir -p "$out/bench"
 }
 # both torch DataLoader baselines on the set, 16 workers: uint8 out (normalised on the GPU), and torchvision's
-# ToTensor + Normalize in the workers; $1: a suffix for the JSON names
+# ToTensor + Normalize in the workers; $1: a suffix for the JSON names, $2: another ImageFolder
 dataloaders() {
   for norm in "" --normalize-in-workers; do
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 $norm \
+    python3 scripts/bench_torch_dataloader.py "${2:-data/imagenet_like/train}" --workers 16 --batches 40 $norm \
       --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}${1:-}.json" 2>&1 | grep img_per_s
   done
 }
@@ -226,6 +228,43 @@ case "$phase" in
     erun resnet50_bf16_folder_8threads --set bench.data=pipeline --set data.workers=8
     erun resnet50_bf16_restartshards_8threads --set bench.data=pipeline "${rs[@]}" --set data.workers=8
     erun resnet50_bf16_synthetic_2
+    ;;
+  shrunk)  # the FFCV trick with restart markers: `trainer pack --max-side 320` with and without them, the CPU
+           # pipeline alone (14 and 16 threads), against both DataLoaders on the originals and on the same shrunk
+           # images (unpacked into an ImageFolder), two interleaved repeats
+    jpeg_set
+    TIMEFORMAT="%R s wall"
+    { time $T pack --src data/imagenet_like/train --out data/s320r/train --max-side 320;
+      time $T pack --src data/imagenet_like/train --out data/s320p/train --max-side 320 --no-restart-markers; } \
+      > "$out/pack.txt" 2>&1
+    cat "$out/pack.txt"
+    python3 - <<'PY'
+import glob, os, tarfile
+classes = open("data/s320p/train/classes.txt").read().split("\n")
+for t in sorted(glob.glob("data/s320p/train/*.tar")):
+    with tarfile.open(t) as f:
+        names = set(f.getnames())
+        for m in sorted(n for n in names if n.endswith(".jpg")):
+            k = m[:-4]
+            d = os.path.join("data/s320_folder/train", classes[int(f.extractfile(k + ".cls").read())])
+            os.makedirs(d, exist_ok=True)
+            open(os.path.join(d, os.path.basename(m)), "wb").write(f.extractfile(m).read())
+print("unpacked", sum(len(fs) for _, _, fs in os.walk("data/s320_folder/train")), "shrunk images")
+PY
+    common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60
+            --set data.source=shards --set data.eval_split=)
+    dataloaders _before
+    dataloaders _shrunk_before data/s320_folder/train
+    for rep in 1 2; do
+      $T bench-data "${common[@]}" --set data.root=data/s320r --out "$out/bench/data_s320restart_14threads_$rep.json" \
+        2>&1 | grep -E "bench-data|error"
+      $T bench-data "${common[@]}" --set data.root=data/s320p --out "$out/bench/data_s320plain_14threads_$rep.json" \
+        2>&1 | grep -E "bench-data|error"
+      $T bench-data "${common[@]}" --set data.root=data/s320r --set data.workers=16 \
+        --out "$out/bench/data_s320restart_16threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+    done
+    dataloaders _shrunk_after data/s320_folder/train
+    dataloaders _after
     ;;
   autofit)  # data.decode auto in `trainer` itself: 4 epochs of the JPEG set, evaluation at the end (which follows
             # the decision); with 4 decode threads (the GPU path expected) and the default (the CPU path expected)
