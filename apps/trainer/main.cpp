@@ -67,11 +67,11 @@ int run_pack(const std::vector<std::string>& args) {
   bar.done();
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << strprintf("packed %lld images into %lld shard(s) in %s: %.1f MiB of images -> %.1f MiB of tar "
-                         "(%lld re-encoded, %lld rewritten with restart markers), %lld skipped; %s\n",
+                         "(%lld re-encoded, %lld rewritten losslessly; restart markers %s), %lld skipped; %s\n",
                          static_cast<long long>(st.samples), static_cast<long long>(st.shards),
                          format_duration(sec).c_str(), st.bytes_in / 1048576.0, st.bytes_out / 1048576.0,
                          static_cast<long long>(st.reencoded), static_cast<long long>(st.transcoded),
-                         static_cast<long long>(st.skipped), o.out.c_str());
+                         o.restart_markers ? "on" : "off", static_cast<long long>(st.skipped), o.out.c_str());
   return 0;
 }
 

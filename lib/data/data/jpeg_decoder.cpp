@@ -193,6 +193,7 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, std::clamp(quality, 1, 100), TRUE);
   cinfo.restart_interval = static_cast<unsigned>(std::max(0, restart_mcus));
+  cinfo.optimize_coding = TRUE;  // Huffman tables fitted to the image: smaller files for one more pass here
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<JSAMPROW>(img.pixels.data() + static_cast<size_t>(cinfo.next_scanline) * img.width * 3);
