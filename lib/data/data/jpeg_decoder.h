@@ -56,8 +56,8 @@ class JpegDecoder {
   Impl* impl_;
 };
 
-// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), with a restart marker after
-// every `restart_mcus` MCUs (0: none). `name` labels errors.
+// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), optimised Huffman tables, a
+// restart marker after every `restart_mcus` MCUs (0: none). `name` labels errors.
 void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
                  int restart_mcus = 0);
 
