@@ -1058,6 +1058,10 @@ TEST_F(Shards, PackRewritesJpegsWithRestartMarkersAndTheSamePixels) {
       for (size_t i = 0; i < ea.size(); ++i)
         EXPECT_TRUE(torch::equal(ea[i], eb[i])) << (train ? "train" : "eval") << " epoch " << e << " batch " << i;
     }
+    // the packed files' windows were cut out (all but the CMYK ones and windows from the top at full width)
+    EXPECT_EQ(a.stage_totals().cut, 0);
+    EXPECT_GT(b.stage_totals().cut, b.stage_totals().samples / 2) << b.stage_totals().cut << " of "
+                                                                    << b.stage_totals().samples;
   }
   const std::string out = run_python(
       "import io, tarfile, glob\n"

@@ -331,6 +331,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     o.crop = opt_.crop_decode;
     o.window = win;
     jpeg.decode(data, size, o, img, name);
+    if (jpeg.last_decode_was_cut()) cut_.fetch_add(1);
     const int d = o.scale_denom;
     if (o.crop) {
       // the decoder returned the window rounded outwards to whole scaled pixels
@@ -453,6 +454,7 @@ StageTotals ImageLoader::stage_totals() const {
   t.resize_ns = resize_ns_.load();
   t.samples = done_samples_.load();
   t.bad = bad_.load();
+  t.cut = cut_.load();
   return t;
 }
 

@@ -56,6 +56,7 @@ struct ImageLoaderOptions {
 // Time spent per stage, summed over threads (nanoseconds), and counts.
 struct StageTotals {
   int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
+  int64_t cut = 0;  // JPEG windows cut out of files with restart markers (jpeg_cut.h)
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +
@@ -137,7 +138,7 @@ class ImageLoader : public Loader {
   std::exception_ptr error_;
   std::set<std::string> reported_bad_;
 
-  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0};
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0}, cut_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
   // cache_gb: each sample's encoded bytes or decoded image after the first read, published once (lock-free)
   struct CacheEntry {

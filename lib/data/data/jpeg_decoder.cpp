@@ -50,6 +50,7 @@ struct JpegDecoder::Impl {
   ErrorMgr err;
   std::vector<uint8_t> row;  // one scanline of the decoder's output
   std::vector<uint8_t> cut;  // the window cut out of a file with restart markers
+  bool last_cut = false;
 };
 
 JpegDecoder::JpegDecoder() : impl_(new Impl) {
@@ -79,6 +80,8 @@ JpegInfo JpegDecoder::read_info(const uint8_t* data, size_t size, const std::str
   return info;
 }
 
+bool JpegDecoder::last_decode_was_cut() const { return impl_->last_cut; }
+
 void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptions& opt, RgbImage& out,
                          const std::string& name) {
   Rect at;
@@ -90,8 +93,10 @@ void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptio
     o.window.x -= at.x;
     o.window.y -= at.y;
     decode(impl_->cut.data(), impl_->cut.size(), o, out, name);
+    impl_->last_cut = true;
     return;
   }
+  impl_->last_cut = false;
   jpeg_decompress_struct& c = impl_->cinfo;
   impl_->err.warnings = 0;
   if (setjmp(impl_->err.jump)) {

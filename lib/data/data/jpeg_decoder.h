@@ -50,6 +50,8 @@ class JpegDecoder {
   // Decodes into `out`. With crop, the result covers window scaled by 1/scale_denom (rounded outwards to whole
   // pixels of the scaled image), so its size is about window.w/d x window.h/d.
   void decode(const uint8_t* data, size_t size, const JpegDecodeOptions& opt, RgbImage& out, const std::string& name);
+  // Whether the last decode cut its window out of a file with restart markers (jpeg_cut.h).
+  bool last_decode_was_cut() const;
 
  private:
   struct Impl;

@@ -191,6 +191,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   r.read_us = (s1.read_ns - s0.read_ns) / n / 1e3;
   r.decode_us = (s1.decode_ns - s0.decode_ns) / n / 1e3;
   r.resize_us = (s1.resize_ns - s0.resize_ns) / n / 1e3;
+  r.cut_fraction = (s1.cut - s0.cut) / n;
   const EnvInfo env = query_env();
   nlohmann::json j;
   j["tool"] = "trainer";
@@ -204,6 +205,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["batches"] = cfg.bench.steps;
   j["img_per_s"] = r.img_per_s;
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
+  j["restart_cut_fraction"] = r.cut_fraction;
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = gpu_loader ? (gpu_loader->hardware() ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
   if (automatic) j["decode_auto"] = automatic->why();
@@ -237,8 +239,8 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
                         gpu_loader->stats().augment_ms / std::max<int64_t>(gpu_loader->stats().batches, 1)));
   else
     log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
-                        "resize+flip %.0f us",
-                        r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us));
+                        "resize+flip %.0f us | %.0f%% of windows cut out by restart markers",
+                        r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us, 100 * r.cut_fraction));
   return r;
 }
 

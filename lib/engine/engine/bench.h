@@ -23,6 +23,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx);
 struct DataBenchResult {
   double img_per_s = 0;       // batches delivered on the device, normalised
   double read_us = 0, decode_us = 0, resize_us = 0;  // per image, summed over threads (CPU time)
+  double cut_fraction = 0;  // of the images, those whose window was cut out of a restart-marker file
   int workers = 0;
   std::string json;
 };
