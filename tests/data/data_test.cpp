@@ -955,6 +955,15 @@ class Shards : public Folder {
     if (rc != 0) ADD_FAILURE() << "python failed:\n" << text;
     return text;
   }
+  // pack options for `root` into `out`, in the source order (packed sample i is source sample i)
+  static PackOptions in_order(const std::string& root, const std::string& out, int threads) {
+    PackOptions o;
+    o.src = root;
+    o.out = out;
+    o.shuffle = false;
+    o.threads = threads;
+    return o;
+  }
   static std::string error_of(const std::function<void()>& f) {
     try {
       f();
@@ -969,12 +978,8 @@ TEST_F(Shards, PackKeepsBytesLabelsAndOrderAndPythonReadsThem) {
   test::TempDir dir;
   const std::string root = make_folder(dir);
   const ImageList src = scan_image_folder(root);
-  PackOptions o;
-  o.src = root;
-  o.out = dir.file("shards");
+  PackOptions o = in_order(root, dir.file("shards"), 3);
   o.shard_samples = 8;  // 21 samples: 3 shards
-  o.shuffle = false;
-  o.threads = 3;
   o.restart_markers = false;  // byte for byte
   int64_t last = 0;
   const PackStats st = pack_dataset(o, [&](int64_t done, int64_t total) {
@@ -1030,11 +1035,7 @@ TEST_F(Shards, PackRewritesJpegsWithRestartMarkersAndTheSamePixels) {
   test::TempDir dir;
   const std::string root = make_folder(dir);
   const ImageList src = scan_image_folder(root);
-  PackOptions o;
-  o.src = root;
-  o.out = dir.file("shards");
-  o.shuffle = false;
-  o.threads = 2;
+  const PackOptions o = in_order(root, dir.file("shards"), 2);
   const PackStats st = pack_dataset(o);
   EXPECT_EQ(st.samples, 21);
   EXPECT_EQ(st.transcoded, 18);  // all but the three CMYK files

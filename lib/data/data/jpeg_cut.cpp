@@ -148,22 +148,19 @@ bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, std::vector<uint8_t>& o
   sof[6] = static_cast<uint8_t>(vh & 255);
   sof[7] = static_cast<uint8_t>(vw >> 8);
   sof[8] = static_cast<uint8_t>(vw & 255);
-  // the intervals to keep, in order (with whole-row intervals a row's interval can be a previous row's)
-  thread_local std::vector<int64_t> keep;
-  keep.clear();
+  // the kept intervals are inside the scanned span: one reservation (the buffer is the decoder's, reused)
+  out.reserve(out.size() + (idx.scanned_end - idx.scan_at) + 2);
+  int64_t written = 0, prev = -1;  // with whole-row intervals a row's interval can be the previous row's
   for (int y = r0; y < r1; ++y)
-    for (int64_t i = (int64_t(y) * cols + c0) / r; i <= (int64_t(y) * cols + c1 - 1) / r; ++i)
-      if (keep.empty() || i > keep.back()) keep.push_back(i);
-  size_t bytes = 0;
-  for (const int64_t i : keep) bytes += end_of(i) - idx.starts[static_cast<size_t>(i)] + 2;
-  out.reserve(out.size() + bytes + 2);
-  for (size_t k = 0; k < keep.size(); ++k) {
-    if (k > 0) {  // markers count 0..7 from the cut's own first interval
-      out.push_back(0xFF);
-      out.push_back(static_cast<uint8_t>(0xD0 + ((k - 1) & 7)));
+    for (int64_t i = std::max((int64_t(y) * cols + c0) / r, prev + 1); i <= (int64_t(y) * cols + c1 - 1) / r; ++i) {
+      if (written > 0) {  // markers count 0..7 from the cut's own first interval
+        out.push_back(0xFF);
+        out.push_back(static_cast<uint8_t>(0xD0 + ((written - 1) & 7)));
+      }
+      out.insert(out.end(), d + idx.starts[static_cast<size_t>(i)], d + end_of(i));
+      ++written;
+      prev = i;
     }
-    out.insert(out.end(), d + idx.starts[static_cast<size_t>(keep[k])], d + end_of(keep[k]));
-  }
   out.push_back(0xFF);
   out.push_back(0xD9);
   *at = Rect{c0 * mw, r0 * mh, vw, vh};
