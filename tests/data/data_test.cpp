@@ -117,11 +117,18 @@ TEST_F(Images, CropDecodeEqualsFullDecodeThenCrop) {
 }
 
 // Windows over a w x h image: random ones (half of them narrow), and ones touching each edge, the corners and
-// MCU boundaries.
+// MCU boundaries; windows whose first or last row lies on, next to or near an MCU row's first or last row at
+// every scale (where the cut keeps or drops its margin rows).
 std::vector<Rect> test_windows(int w, int h, int random, uint32_t seed) {
   std::vector<Rect> out = {{0, 0, w, h},          {0, 0, 1, 1},           {w - 1, h - 1, 1, 1},
                            {std::min(16, w - 1), std::min(16, h - 1), 1, 1}, {0, h / 2, w, h - h / 2},
                            {w / 3, 0, w / 3 + 1, h / 4 + 1}, {w / 2, h / 2, w - w / 2, h - h / 2}};
+  for (int top : {16, 17, 18, 19, 20, 23, 24, 25, 31})
+    for (int bottom : {63, 64, 65, 66, 71, 72, 73, 79, 80}) {
+      if (bottom > h) continue;
+      const int x = (top * 7 + bottom) % std::max(1, w / 2);
+      out.push_back({x, top, std::min(w - x, 20 + top), bottom - top});
+    }
   std::mt19937 g(seed);
   for (int i = 0; i < random; ++i) {
     // every other one at most 40 px wide or high: libjpeg's choices that depend on the frame's size show there
@@ -152,7 +159,7 @@ bool expect_cut_equals_plain(JpegDecoder& dec, const std::vector<uint8_t>& jpg, 
                                           << win.h << " 1/" << d;
   std::vector<uint8_t> tmp;
   Rect at;
-  return cut_jpeg_window(jpg.data(), jpg.size(), win, tmp, &at);
+  return cut_jpeg_window(jpg.data(), jpg.size(), win, d, tmp, &at);
 }
 
 // trainer pack's lossless rewrite keeps every pixel and puts a restart marker after every MCU; a window cut out
@@ -193,9 +200,9 @@ TEST_F(Images, RestartRewriteIsLosslessAndCutDecodeEqualsPlainCropDecode) {
   // files without restart markers (every fixture as written) are decoded the plain way
   std::vector<uint8_t> tmp;
   Rect at;
-  EXPECT_FALSE(cut_jpeg_window(cmyk.data(), cmyk.size(), {40, 40, 50, 50}, tmp, &at));
+  EXPECT_FALSE(cut_jpeg_window(cmyk.data(), cmyk.size(), {40, 40, 50, 50}, 1, tmp, &at));
   const auto base = bytes_of(fixture_path("baseline.jpg"));
-  EXPECT_FALSE(cut_jpeg_window(base.data(), base.size(), {40, 40, 50, 50}, tmp, &at));
+  EXPECT_FALSE(cut_jpeg_window(base.data(), base.size(), {40, 40, 50, 50}, 1, tmp, &at));
 }
 
 // Restart intervals of several MCUs or of whole rows (other encoders' choices) are cut along their own
@@ -232,7 +239,7 @@ TEST_F(Images, CutDecodeFollowsTheIntervalsAndNeverHidesCorruption) {
   bad[at100] = static_cast<uint8_t>(0xD0 + ((bad[at100] - 0xD0 + 3) & 7));
   std::vector<uint8_t> tmp;
   Rect at;
-  EXPECT_FALSE(cut_jpeg_window(bad.data(), bad.size(), low, tmp, &at));
+  EXPECT_FALSE(cut_jpeg_window(bad.data(), bad.size(), low, 1, tmp, &at));
   try {
     dec.decode(bad.data(), bad.size(), o, img, "renumbered.jpg");
     ADD_FAILURE() << "a marker out of sequence went unnoticed";
@@ -249,7 +256,7 @@ TEST_F(Images, CutDecodeFollowsTheIntervalsAndNeverHidesCorruption) {
   dec.decode(cut.data(), cut.size(), o, part, "truncated.jpg");
   EXPECT_TRUE(whole.pixels == part.pixels);
   o.window = low;
-  EXPECT_FALSE(cut_jpeg_window(cut.data(), cut.size(), low, tmp, &at));
+  EXPECT_FALSE(cut_jpeg_window(cut.data(), cut.size(), low, 1, tmp, &at));
   EXPECT_THROW(dec.decode(cut.data(), cut.size(), o, img, "truncated.jpg"), Error);
 }
 

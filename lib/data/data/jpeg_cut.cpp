@@ -104,15 +104,20 @@ bool index_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int6
   return read_headers(d, n, idx) && scan_intervals(d, n, idx, upto);
 }
 
-bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, std::vector<uint8_t>& out, Rect* at) {
+bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, int scale_denom, std::vector<uint8_t>& out,
+                     Rect* at) {
   RestartIndex idx;
   if (!read_headers(d, n, idx)) return false;
   const int mw = idx.mcu_w, mh = idx.mcu_h, cols = idx.mcu_cols, rows = idx.mcu_rows, r = idx.interval;
   const int x0 = std::clamp(w.x, 0, idx.width - 1), y0 = std::clamp(w.y, 0, idx.height - 1);
   const int x1 = std::clamp(w.x + w.w, x0 + 1, idx.width), y1 = std::clamp(w.y + w.h, y0 + 1, idx.height);
-  // The window's MCUs, and one MCU row above and below: the chroma upsampling reads a row of context there.
-  // Across, no margin: plain crop decoding (jpeg_crop_scanline) already treats the window's first and last MCU
-  // columns as the image's edges, and the cut image has its edges at the same columns.
+  // The window's MCUs. Vertically subsampled chroma is upsampled with one chroma row of context above and below,
+  // which lies in the neighbouring MCU row only for the first and the last output row of an MCU row: a margin
+  // of one MCU row is kept above (below) only where the window's first (last) row at 1/d is such a row. Across,
+  // no margin: plain crop decoding (jpeg_crop_scanline) already treats the window's first and last MCU columns
+  // as the image's edges, and the cut image has its edges at the same columns.
+  const int sd = std::clamp(scale_denom, 1, 8), per_row = std::max(1, mh / sd);  // output rows per MCU row
+  const bool above = (y0 / sd) % per_row == 0, below = ((y1 + sd - 1) / sd) % per_row == 0;
   int c0 = x0 / mw, c1 = (x1 + mw - 1) / mw;
   // libjpeg picks the chroma upsampler by the frame's width (fancy upsampling only where the subsampled width at
   // the decode scale exceeds 2): a cut at least two MCUs wide gets the one the whole image gets
@@ -120,7 +125,7 @@ bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, std::vector<uint8_t>& o
     if (c1 < cols) ++c1;
     else if (c0 > 0) --c0;
   }
-  int r0 = std::max(0, y0 / mh - 1), r1 = std::min(rows, (y1 + mh - 1) / mh + 1);
+  int r0 = std::max(0, y0 / mh - above), r1 = std::min(rows, (y1 + mh - 1) / mh + below);
   if (cols % r == 0) {  // intervals are parts of a row: widen to whole intervals
     c0 = c0 / r * r;
     c1 = std::min(cols, (c1 + r - 1) / r * r);

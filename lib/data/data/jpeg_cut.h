@@ -3,10 +3,11 @@
 // boundary. The intervals that cover a rectangle of MCUs, laid end to end behind the same headers with the frame
 // size changed and the markers renumbered, are therefore a smaller valid JPEG, and its pixels inside the window
 // equal those plain crop decoding gives (IDCT is per block; the chroma upsampling's context rows come from a
-// one-MCU margin above and below). Decoding a RandomResizedCrop window this way reads only the window's share
-// of the Huffman-coded data, where plain crop decoding (jpeg_skip_scanlines / jpeg_crop_scanline) must still
-// decode every row above the window and every column beside it. `trainer pack` writes a restart marker after
-// every MCU (a lossless transcode: same coefficients, same pixels) so that its shards can be cut anywhere.
+// one-MCU margin above or below where the window's edge rows need them). Decoding a RandomResizedCrop window
+// this way reads only the window's share of the Huffman-coded data, where plain crop decoding
+// (jpeg_skip_scanlines / jpeg_crop_scanline) must still decode every row above the window and every column
+// beside it. `trainer pack` writes a restart marker after every MCU (a lossless transcode: same coefficients,
+// same pixels) so that its shards can be cut anywhere.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,10 +37,12 @@ struct RestartIndex {
 // where they must be (the caller then decodes the ordinary way, which reports any corruption).
 bool index_restart_intervals(const uint8_t* data, size_t size, RestartIndex& idx, int64_t upto = -1);
 
-// The window `w` (full-resolution pixels) of `data` as a smaller JPEG in `out`: its MCUs (at least two across),
-// with a margin of one MCU row above and below where the image has them. `*at` gets the cut image's origin in
-// the full image (a multiple of the MCU size, so also of every DCT scale). False when the file cannot be cut or
-// cutting would save little (`out` is then unspecified).
-bool cut_jpeg_window(const uint8_t* data, size_t size, Rect w, std::vector<uint8_t>& out, Rect* at);
+// The window `w` (full-resolution pixels) of `data`, to be decoded at 1/`scale_denom`, as a smaller JPEG in
+// `out`: its MCUs (at least two across), with a margin of one MCU row above (below) where the window's first
+// (last) row at that scale is the first (last) of its MCU row and the image has one there. `*at` gets the cut
+// image's origin in the full image (a multiple of the MCU size, so also of every DCT scale). False when the file
+// cannot be cut or cutting would save little (`out` is then unspecified).
+bool cut_jpeg_window(const uint8_t* data, size_t size, Rect w, int scale_denom, std::vector<uint8_t>& out,
+                     Rect* at);
 
 }  // namespace trainer

@@ -86,7 +86,7 @@ void JpegDecoder::decode(const uint8_t* data, size_t size, const JpegDecodeOptio
                          const std::string& name) {
   Rect at;
   if (opt.crop && opt.cut && opt.window.w > 0 && opt.window.h > 0 &&
-      cut_jpeg_window(data, size, opt.window, impl_->cut, &at)) {
+      cut_jpeg_window(data, size, opt.window, opt.scale_denom, impl_->cut, &at)) {
     // the cut's origin is a multiple of the MCU size, hence of every scale: the same window, shifted
     JpegDecodeOptions o = opt;
     o.cut = false;
