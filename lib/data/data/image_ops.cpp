@@ -8,10 +8,14 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/check.h"
 
@@ -133,6 +137,72 @@ inline __attribute__((always_inline)) void horizontal_pass(const float* tmp, int
   }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#define TRAINER_RESIZE_PAIRS 1
+// The same sums two output pixels at a time: pixel x in the low 128-bit lane, x + 1 in the high one, each tap's
+// weights broadcast per lane beforehand (`wp`: 8 floats per pair and tap); the same multiplies and adds in the
+// same order per channel, so the same bytes as horizontal_pass. `wp` and `sp` are in output order (flip
+// applied): sp[ox] is the float offset of output pixel ox's first tap in the row.
+template <int N>
+__attribute__((target("avx2"))) void horizontal_pass_pairs(const float* tmp, int row_len, const float* wp,
+                                                           const int* sp, const float* wa, const int* s0,
+                                                           uint8_t* dst, int dst_w, int dst_h, int dst_stride,
+                                                           bool flip, int t_runtime = 0) {
+  const int T = N > 0 ? N : t_runtime;
+  const int pairs = dst_w / 2;
+  const __m256 half = _mm256_set1_ps(0.5f), zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.f);
+  const __m128i rgbrgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  for (int y = 0; y < dst_h; ++y) {
+    const float* row = tmp + static_cast<size_t>(y) * row_len;
+    uint8_t* out = dst + static_cast<size_t>(y) * dst_stride;
+    for (int pr = 0; pr < pairs; ++pr) {
+      const float* pa = row + sp[2 * pr];
+      const float* pb = row + sp[2 * pr + 1];
+      const float* w = wp + static_cast<size_t>(pr) * T * 8;
+      __m256 acc = _mm256_setzero_ps();
+      for (int k = 0; k < T; ++k) {
+        const __m256 v =
+            _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(pa + 3 * k)), _mm_loadu_ps(pb + 3 * k), 1);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(w + 8 * k), v));
+      }
+      acc = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(acc, half), zero), top);
+      const __m256i v32 = _mm256_cvttps_epi32(acc);
+      const __m128i v16 = _mm_packs_epi32(_mm256_castsi256_si128(v32), _mm256_extracti128_si256(v32, 1));
+      const __m128i v8 = _mm_shuffle_epi8(_mm_packus_epi16(v16, v16), rgbrgb);  // RGB. RGB. -> RGBRGB..
+      uint8_t* o = out + 6 * pr;
+      if (pr + 1 < pairs) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o), v8);  // its last two bytes: the next pair's, written next
+      } else {
+        const uint64_t six = static_cast<uint64_t>(_mm_cvtsi128_si64(v8));
+        std::memcpy(o, &six, 6);
+      }
+    }
+  }
+  if (dst_w & 1) {  // the last output pixel, alone, four lanes wide
+    const int ox = dst_w - 1, x = flip ? 0 : ox;
+    for (int y = 0; y < dst_h; ++y) {
+      const float* row = tmp + static_cast<size_t>(y) * row_len;
+      uint8_t* out = dst + static_cast<size_t>(y) * dst_stride;
+      const float* w = wa + static_cast<size_t>(x) * T;
+      const float* p = row + static_cast<size_t>(s0[x]) * 3;
+      __m128 acc = _mm_setzero_ps();
+      for (int k = 0; k < T; ++k) acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k)));
+      acc = _mm_min_ps(_mm_max_ps(_mm_add_ps(acc, _mm_set1_ps(0.5f)), _mm_setzero_ps()), _mm_set1_ps(255.f));
+      alignas(16) int32_t lanes[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_cvttps_epi32(acc));
+      out[3 * ox] = static_cast<uint8_t>(lanes[0]);
+      out[3 * ox + 1] = static_cast<uint8_t>(lanes[1]);
+      out[3 * ox + 2] = static_cast<uint8_t>(lanes[2]);
+    }
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
 }  // namespace
 
 // Built twice, for AVX2 and for the baseline ISA, the loader picking one at start-up (GCC target_clones): the
@@ -141,7 +211,7 @@ inline __attribute__((always_inline)) void horizontal_pass(const float* tmp, int
 __attribute__((target_clones("avx2", "default")))
 #endif
 void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
-                bool flip) {
+                bool flip, ResizeSimd simd) {
   // Enlarging both ways: antialiasing changes nothing and OpenCV's SIMD bilinear (half-pixel centres, as
   // torchvision) does it; the flip is a second cheap pass.
   if (r.w <= dst_w && r.h <= dst_h) {
@@ -188,6 +258,38 @@ void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, 
       if (at >= 0 && at < T) wa[static_cast<size_t>(x) * T + at] = w[k];
     }
   }
+#ifdef TRAINER_RESIZE_PAIRS
+  if (simd == ResizeSimd::best && dst_w >= 2 && cpu_has_avx2()) {
+    thread_local std::vector<float> wp;  // (dst_w / 2, T, 8): each pair's weights per tap, broadcast per lane
+    thread_local std::vector<int> sp;
+    const int pairs = dst_w / 2;
+    wp.resize(static_cast<size_t>(pairs) * T * 8);
+    sp.resize(static_cast<size_t>(dst_w));
+    for (int ox = 0; ox < dst_w; ++ox)
+      sp[static_cast<size_t>(ox)] = s0[static_cast<size_t>(flip ? dst_w - 1 - ox : ox)] * 3;
+    for (int pr = 0; pr < pairs; ++pr)
+      for (int k = 0; k < T; ++k)
+        for (int j = 0; j < 8; ++j) {
+          const int ox = 2 * pr + j / 4, x = flip ? dst_w - 1 - ox : ox;
+          wp[(static_cast<size_t>(pr) * T + k) * 8 + j] = wa[static_cast<size_t>(x) * T + k];
+        }
+    const auto run = [&](auto n) {
+      horizontal_pass_pairs<decltype(n)::value>(tmp.data(), row_len, wp.data(), sp.data(), wa.data(), s0.data(),
+                                                 dst, dst_w, dst_h, dst_stride, flip, T);
+    };
+    switch (T) {
+      case 2: run(std::integral_constant<int, 2>{}); break;
+      case 3: run(std::integral_constant<int, 3>{}); break;
+      case 4: run(std::integral_constant<int, 4>{}); break;
+      case 5: run(std::integral_constant<int, 5>{}); break;
+      case 6: run(std::integral_constant<int, 6>{}); break;
+      case 7: run(std::integral_constant<int, 7>{}); break;
+      default: run(std::integral_constant<int, 0>{});
+    }
+    return;
+  }
+#endif
+  (void)simd;
   switch (T) {
     case 2: horizontal_pass<2>(tmp.data(), row_len, wa.data(), s0.data(), dst, dst_w, dst_h, dst_stride, flip); break;
     case 3: horizontal_pass<3>(tmp.data(), row_len, wa.data(), s0.data(), dst, dst_w, dst_h, dst_stride, flip); break;

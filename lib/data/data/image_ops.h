@@ -19,11 +19,15 @@ Rect draw_rrc(SampleRng& rng, int width, int height, double scale_lo, double sca
 // original image's pixels.
 Rect center_crop_window(int width, int height, int size, double crop_pct);
 
+// How wide resize_rgb's horizontal pass may go: best (two output pixels per AVX2 vector where the CPU has AVX2)
+// or four lanes (SSE, one pixel at a time). Both give the same bytes; the choice exists for tests and A/B runs.
+enum class ResizeSimd { best, four_lanes };
+
 // Antialiased bilinear resize of RGB uint8 (torchvision/PIL's triangle filter, support widened by the scale
 // when shrinking), src region `r` of a (src_w x src_h) image -> (dst_w x dst_h), written row-major with
 // dst_stride bytes per row. flip mirrors horizontally on the way.
 void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
-                bool flip);
+                bool flip, ResizeSimd simd = ResizeSimd::best);
 
 enum class ImageFormat { jpeg, png, unknown };
 ImageFormat sniff_format(const uint8_t* data, size_t size);
