@@ -12,6 +12,8 @@
 #   cpudata (issue 4's figures: the CPU pipeline alone, 14 and 16 threads, between two runs of both DataLoaders)
 #   restart (the same from the folder, byte-for-byte shards and restart-marker shards; GPU decode and ResNet-50
 #     end to end from restart shards)
+#   ratio (issue 4's ratio with both sides in steady state: long runs, the DataLoader not draining at epoch ends;
+#     14 and 16 workers / threads; the earlier method once for comparison)
 #   shrunk (shards shrunk with pack --max-side 320, with and without restart markers, against the DataLoader on
 #     the originals and on the same shrunk images)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
@@ -39,10 +41,12 @@ jpeg_set() {
   mkdir -p "$out/bench"
 }
 # both torch DataLoader baselines on the set, 16 workers: uint8 out (normalised on the GPU), and torchvision's
-# ToTensor + Normalize in the workers; $1: a suffix for the JSON names, $2: another ImageFolder
+# ToTensor + Normalize in the workers; $1: a suffix for the JSON names, $2: another ImageFolder (the method of
+# the figures before 2026-12-01: 5 + 40 batches, a new iterator per epoch; the ratio phase has the steady state)
 dataloaders() {
   for norm in "" --normalize-in-workers; do
-    python3 scripts/bench_torch_dataloader.py "${2:-data/imagenet_like/train}" --workers 16 --batches 40 $norm \
+    python3 scripts/bench_torch_dataloader.py "${2:-data/imagenet_like/train}" --workers 16 --batches 40 \
+      --warmup 5 --epoch-iterators $norm \
       --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}${1:-}.json" 2>&1 | grep img_per_s
   done
 }
@@ -94,7 +98,7 @@ case "$phase" in
       --out "$out/bench/data_shards320.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set 'data.jitter=[0.4,0.4,0.4,0.1]' --set data.erase_prob=0.25 \
       --out "$out/bench/data_folder_jitter_erase.json" 2>&1 | grep bench-data
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     $T bench --config configs/imagenet_like.yaml --set data.source=shards --set data.root=data/shards --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
@@ -111,7 +115,7 @@ case "$phase" in
       | grep -E "bench-data|error"
     $T bench-data "${common[@]}" --set data.decode=auto --set data.workers=4 --out "$out/bench/data_auto.json" 2>&1 \
       | grep -E "auto|bench-data|error"
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
       --set bench.data=pipeline --set bench.warmup_steps=10 --set bench.steps=45 \
@@ -229,6 +233,41 @@ case "$phase" in
     erun resnet50_bf16_restartshards_8threads --set bench.data=pipeline "${rs[@]}" --set data.workers=8
     erun resnet50_bf16_synthetic_2
     ;;
+  ratio)  # issue 4's ratio with both sides in steady state: 32 warm-up + 160 timed batches each, the DataLoader's
+          # sampler running through shuffled passes back to back as trainer's threads go on into the next epoch;
+          # restart shards with 14 and 16 threads and the folder with 14 (two interleaved repeats) between two
+          # runs of both DataLoaders with 14 and with 16 workers; then the earlier method once (DataLoader 5 + 40
+          # batches with a new iterator per epoch, trainer 5 + 60) for comparison; the data tests first
+    (cd build && ctest -L data -j 8 2>&1 | grep -E "tests passed|tests failed|Failed") | tee "$out/ctest_data.log"
+    jpeg_set
+    $T pack --src data/imagenet_like/train --out data/rshards/train > "$out/pack.txt" 2>&1
+    tail -2 "$out/pack.txt"
+    steady=(--config configs/imagenet_like.yaml --set bench.warmup_steps=32 --set bench.steps=160)
+    rs=(--set data.source=shards --set data.root=data/rshards --set data.eval_split=)
+    dl() {  # $1: workers, $2: a suffix for the JSON names, then extra arguments for the script
+      local w=$1 sfx=$2
+      shift 2
+      for norm in "" --normalize-in-workers; do
+        python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$w" $norm "$@" \
+          --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${w}workers$sfx.json" 2>&1 \
+          | grep img_per_s | sed "s/^/DataLoader $w workers${norm:+ normalised in workers}$sfx: /"
+      done
+    }
+    dl 14 _before
+    dl 16 _before
+    for rep in 1 2; do
+      $T bench-data "${steady[@]}" "${rs[@]}" --out "$out/bench/data_restartshards_14threads_$rep.json" 2>&1 \
+        | grep -E "bench-data|error"
+      $T bench-data "${steady[@]}" "${rs[@]}" --set data.workers=16 \
+        --out "$out/bench/data_restartshards_16threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+      $T bench-data "${steady[@]}" --out "$out/bench/data_folder_14threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+    done
+    dl 14 _after
+    dl 16 _after
+    dl 16 _earlier_method --warmup 5 --batches 40 --epoch-iterators
+    $T bench-data --config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60 "${rs[@]}" \
+      --out "$out/bench/data_restartshards_14threads_earlier_method.json" 2>&1 | grep -E "bench-data|error"
+    ;;
   shrunk)  # the FFCV trick with restart markers: `trainer pack --max-side 320` with and without them, the CPU
            # pipeline alone (14 and 16 threads), against both DataLoaders on the originals and on the same shrunk
            # images (unpacked into an ImageFolder), two interleaved repeats
@@ -342,7 +381,7 @@ PY
       $T bench-data "${common[@]}" --set data.auto_augment=$aa --out "$out/bench/data_cpu_$aa.json" 2>&1 | grep bench-data
       $T bench-data "${common[@]}" --set data.auto_augment=$aa --set data.decode=gpu --set data.workers=4 \
         --out "$out/bench/data_gpu_$aa.json" 2>&1 | grep -E "bench-data|error"
-      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --auto-augment $aa \
+      python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators --auto-augment $aa \
         --out "$out/bench/data_torch_dataloader_$aa.json" 2>&1 | grep img_per_s
     done
     $T bench --config configs/imagenet_like.yaml --set data.decode=gpu --set data.workers=4 --set data.eval_split= \
@@ -373,7 +412,7 @@ PY
     jpeg_set
     $T pack --src data/imagenet_like/train --out data/shards320/train --max-side 320 > "$out/pack.txt" 2>&1
     common=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=40)
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     $T bench-data "${common[@]}" --out "$out/bench/data_cpu.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set data.decode=gpu --set data.workers=4 --out "$out/bench/data_gpu.json" 2>&1 \
@@ -382,7 +421,7 @@ PY
       --out "$out/bench/data_cpu_shards320.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set data.source=shards --set data.root=data/shards320 --set data.decode=gpu \
       --set data.workers=4 --out "$out/bench/data_gpu_shards320.json" 2>&1 | grep -E "bench-data|error"
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators \
       --out "$out/bench/data_torch_dataloader_again.json" 2>&1 | grep img_per_s
     ;;
   gputest)
@@ -402,7 +441,7 @@ PY
     $T bench-data "${common[@]}" --set data.crop_decode=false --out "$out/bench/data_trainer_nocrop.json" 2>&1 | grep bench-data
     $T bench-data "${common[@]}" --set data.crop_decode=false --set data.dct_scale=false \
       --out "$out/bench/data_trainer_plain.json" 2>&1 | grep bench-data
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 \
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers 16 --batches 40 --warmup 5 --epoch-iterators \
       --out "$out/bench/data_torch_dataloader.json" 2>&1 | grep img_per_s
     ;;
   e2e)
