@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "data/image_loader.h"
 #include "data/jpeg_decoder.h"
 #include "engine/amp.h"
+#include "engine/bench.h"
 #include "engine/mix.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
@@ -339,6 +341,44 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
   EXPECT_NE(dynamic_cast<ImageLoader*>(l.get()), nullptr);
   EXPECT_NE(why.find("cpu (no GPU)"), std::string::npos) << why;
   EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
+}
+
+// bench-data's warm-up and timed batches run on across epochs (a set of a few batches is timed for many epochs,
+// as the steady-state comparison with the DataLoader needs); a set without one full batch is refused by name.
+TEST(BenchData, WarmUpAndTimedBatchesRunOnAcrossEpochs) {
+  test::TempDir dir;
+  RgbImage img;
+  img.width = 48;
+  img.height = 40;
+  img.pixels.resize(48 * 40 * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7 % 251);
+  std::vector<uint8_t> jpg;
+  encode_jpeg(img, 90, jpg, "test");
+  for (const char* cls : {"a", "b"}) {
+    std::filesystem::create_directories(dir.file(std::string("set/train/") + cls));
+    for (int i = 0; i < 5; ++i)
+      test::write_file(dir.file(std::string("set/train/") + cls + "/" + std::to_string(i) + ".jpg"),
+                       std::string(jpg.begin(), jpg.end()));
+  }
+  Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.in_chans=3",
+                                    "data.source=image_folder", "data.root=" + dir.file("set"),
+                                    "data.train_split=train", "data.eval_split=", "data.image_size=32",
+                                    "data.batch_size=4", "data.workers=2", "bench.warmup_steps=5", "bench.steps=7"});
+  const DataBenchResult r = run_bench_data(c, RunContext{});  // 2 batches per epoch: 6 epochs in all
+  EXPECT_GT(r.img_per_s, 0);
+  EXPECT_GT(r.decode_us, 0);
+  EXPECT_GT(r.resize_us, 0);
+  const auto j = nlohmann::json::parse(r.json);
+  EXPECT_EQ(j["batches"], 7);
+  EXPECT_EQ(j["bad_samples"], 0);
+  EXPECT_EQ(j["workload"]["files"], 10);
+  c.data.batch_size = 11;
+  try {
+    run_bench_data(c, RunContext{});
+    FAIL() << "a set without a full batch was benchmarked";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("10 images"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BatchDtype, BfloatOnlyForBf16OnAGpuAndRefusedElsewhere) {

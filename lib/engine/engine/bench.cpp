@@ -154,8 +154,8 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   if (!why.empty()) log::info(why);
   Loader& loader = *owned;
   const int64_t per_epoch = loader.batches_per_epoch();
-  TRAINER_CHECK(per_epoch > cfg.bench.warmup_steps, "the training split has ", per_epoch,
-                " batches: fewer than bench.warmup_steps + 1");
+  // warm-up and timed batches run on into the next epochs as training does (a small set: many epochs)
+  TRAINER_CHECK(per_epoch > 0, "the training split (", files, " images) has no full batch of ", d.batch_size);
   int64_t epoch = 0;
   Batch b;
   auto next = [&]() {
