@@ -235,8 +235,8 @@ case "$phase" in
     ;;
   ratio)  # issue 4's ratio with both sides in steady state: 32 warm-up + 160 timed batches each, the DataLoader's
           # sampler running through shuffled passes back to back as trainer's threads go on into the next epoch;
-          # restart shards with 14 and 16 threads and the folder with 14 (two interleaved repeats) between two
-          # runs of both DataLoaders with 14 and with 16 workers; then the earlier method once (DataLoader 5 + 40
+          # restart shards with 14 and 16 threads, the folder with 14 and GPU decode from the folder with 4 (two
+          # interleaved repeats) between two runs of both DataLoaders with 14 and with 16 workers; then the earlier method once (DataLoader 5 + 40
           # batches with a new iterator per epoch, trainer 5 + 60) for comparison; the data tests first
     (cd build && ctest -L data -j 8 2>&1 | grep -E "tests passed|tests failed|Failed") | tee "$out/ctest_data.log"
     jpeg_set
@@ -261,6 +261,8 @@ case "$phase" in
       $T bench-data "${steady[@]}" "${rs[@]}" --set data.workers=16 \
         --out "$out/bench/data_restartshards_16threads_$rep.json" 2>&1 | grep -E "bench-data|error"
       $T bench-data "${steady[@]}" --out "$out/bench/data_folder_14threads_$rep.json" 2>&1 | grep -E "bench-data|error"
+      $T bench-data "${steady[@]}" --set data.decode=gpu --set data.workers=4 \
+        --out "$out/bench/data_gpudecode_folder_4threads_$rep.json" 2>&1 | grep -E "bench-data|error"
     done
     dl 14 _after
     dl 16 _after
