@@ -236,8 +236,9 @@ case "$phase" in
   ratio)  # issue 4's ratio with both sides in steady state: 32 warm-up + 160 timed batches each, the DataLoader's
           # sampler running through shuffled passes back to back as trainer's threads go on into the next epoch;
           # restart shards with 14 and 16 threads, the folder with 14 and GPU decode from the folder with 4 (two
-          # interleaved repeats) between two runs of both DataLoaders with 14 and with 16 workers; then the earlier method once (DataLoader 5 + 40
-          # batches with a new iterator per epoch, trainer 5 + 60) for comparison; the data tests first
+          # interleaved repeats) between two runs of both DataLoaders with 14 and with 16 workers; then the
+          # earlier method once (DataLoader 5 + 40 batches with a new iterator per epoch, trainer 5 + 60) for
+          # comparison; the data tests first
     (cd build && ctest -L data -j 8 2>&1 | grep -E "tests passed|tests failed|Failed") | tee "$out/ctest_data.log"
     jpeg_set
     $T pack --src data/imagenet_like/train --out data/rshards/train > "$out/pack.txt" 2>&1
