@@ -14,6 +14,7 @@
 #     end to end from restart shards)
 #   ratio (issue 4's ratio with both sides in steady state: long runs, the DataLoader not draining at epoch ends;
 #     14 and 16 workers / threads; the earlier method once for comparison)
+#   ratio_shrunk (the same with shards shrunk by pack --max-side 320 / 384, against the DataLoader on the originals)
 #   shrunk (shards shrunk with pack --max-side 320, with and without restart markers, against the DataLoader on
 #     the originals and on the same shrunk images)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
@@ -270,6 +271,37 @@ case "$phase" in
     dl 16 _earlier_method --warmup 5 --batches 40 --epoch-iterators
     $T bench-data --config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60 "${rs[@]}" \
       --out "$out/bench/data_restartshards_14threads_earlier_method.json" 2>&1 | grep -E "bench-data|error"
+    ;;
+  ratio_shrunk)  # the same steady-state comparison with shards shrunk by `trainer pack --max-side` (320 and 384,
+                 # restart markers on; lossy: the FFCV trick the issue names) and full-size restart shards, against
+                 # both DataLoaders on the original files with 14 and 16 workers, before and after
+    jpeg_set
+    TIMEFORMAT="%R s wall"
+    { time $T pack --src data/imagenet_like/train --out data/rshards/train;
+      time $T pack --src data/imagenet_like/train --out data/s320r/train --max-side 320;
+      time $T pack --src data/imagenet_like/train --out data/s384r/train --max-side 384; } > "$out/pack.txt" 2>&1
+    grep -E "packed|wall" "$out/pack.txt"
+    steady=(--config configs/imagenet_like.yaml --set bench.warmup_steps=32 --set bench.steps=160
+            --set data.source=shards --set data.eval_split=)
+    dl() {  # $1: workers, $2: a suffix for the JSON names
+      for norm in "" --normalize-in-workers; do
+        python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$1" $norm \
+          --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${1}workers$2.json" 2>&1 \
+          | grep img_per_s | sed "s/^/DataLoader $1 workers${norm:+ normalised in workers}$2: /"
+      done
+    }
+    dl 14 _before
+    dl 16 _before
+    for rep in 1 2; do
+      for set in s320r s384r rshards; do
+        $T bench-data "${steady[@]}" --set data.root=data/$set --out "$out/bench/data_${set}_14threads_$rep.json" \
+          2>&1 | grep -E "bench-data|error" | sed "s/^/$set: /"
+      done
+      $T bench-data "${steady[@]}" --set data.root=data/s320r --set data.workers=16 \
+        --out "$out/bench/data_s320r_16threads_$rep.json" 2>&1 | grep -E "bench-data|error" | sed "s/^/s320r: /"
+    done
+    dl 14 _after
+    dl 16 _after
     ;;
   shrunk)  # the FFCV trick with restart markers: `trainer pack --max-side 320` with and without them, the CPU
            # pipeline alone (14 and 16 threads), against both DataLoaders on the originals and on the same shrunk
