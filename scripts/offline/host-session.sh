@@ -15,6 +15,7 @@
 #   ratio (issue 4's ratio with both sides in steady state: long runs, the DataLoader not draining at epoch ends;
 #     14 and 16 workers / threads; the earlier method once for comparison)
 #   ratio_shrunk (the same with shards shrunk by pack --max-side 320 / 384, against the DataLoader on the originals)
+#   e2e_restart (ResNet-50 end to end from restart-marker shards between two synthetic runs)
 #   shrunk (shards shrunk with pack --max-side 320, with and without restart markers, against the DataLoader on
 #     the originals and on the same shrunk images)
 #   autofit (data.decode auto in a training run, 4 epochs with the evaluation at the end: 4 threads, then the default)
@@ -302,6 +303,16 @@ case "$phase" in
     done
     dl 14 _after
     dl 16 _after
+    ;;
+  e2e_restart)  # ResNet-50 bf16 end to end (e2e100) from restart-marker shards with the default 14 threads,
+                # between two synthetic-data runs
+    jpeg_set
+    [ -d data/rshards ] || $T pack --src data/imagenet_like/train --out data/rshards/train > "$out/pack.txt" 2>&1
+    e2e=("${e2e100[@]}")
+    erun resnet50_bf16_synthetic
+    erun resnet50_bf16_restartshards_14threads --set bench.data=pipeline --set data.source=shards \
+      --set data.root=data/rshards
+    erun resnet50_bf16_synthetic_2
     ;;
   shrunk)  # the FFCV trick with restart markers: `trainer pack --max-side 320` with and without them, the CPU
            # pipeline alone (14 and 16 threads), against both DataLoaders on the originals and on the same shrunk
