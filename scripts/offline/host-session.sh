@@ -15,6 +15,7 @@
 #   ratio (issue 4's ratio with both sides in steady state: long runs, the DataLoader not draining at epoch ends;
 #     14 and 16 workers / threads; the earlier method once for comparison)
 #   ratio_shrunk (the same with shards shrunk by pack --max-side 320 / 384, against the DataLoader on the originals)
+#   gains (DCT scaling and crop-only decoding each switched off, from the folder and from restart-marker shards)
 #   e2e_restart (ResNet-50 end to end from restart-marker shards between two synthetic runs)
 #   shrunk (shards shrunk with pack --max-side 320, with and without restart markers, against the DataLoader on
 #     the originals and on the same shrunk images)
@@ -303,6 +304,25 @@ case "$phase" in
     done
     dl 14 _after
     dl 16 _after
+    ;;
+  gains)  # the gain of DCT scaling and of crop-only decoding, each switched off alone and both, from the folder
+          # and from restart-marker shards (crop-only off there: whole images, no cut), 14 threads, 5 + 60 batches
+    jpeg_set
+    $T pack --src data/imagenet_like/train --out data/rshards/train > "$out/pack.txt" 2>&1
+    short=(--config configs/imagenet_like.yaml --set bench.warmup_steps=5 --set bench.steps=60)
+    rs=(--set data.source=shards --set data.root=data/rshards --set data.eval_split=)
+    for src in folder rshards; do
+      s=(); [ $src = rshards ] && s=("${rs[@]}")
+      for v in "default" "data.dct_scale=false" "data.crop_decode=false" "both"; do
+        case $v in
+          default) x=() ;;
+          both) x=(--set data.dct_scale=false --set data.crop_decode=false) ;;
+          *) x=(--set "$v") ;;
+        esac
+        $T bench-data "${short[@]}" "${s[@]}" "${x[@]}" --out "$out/bench/data_${src}_${v//[.=]/_}.json" 2>&1 \
+          | grep -E "bench-data|error" | sed "s/^/$src $v: /"
+      done
+    done
     ;;
   e2e_restart)  # ResNet-50 bf16 end to end (e2e100) from restart-marker shards with the default 14 threads,
                 # between two synthetic-data runs
