@@ -53,6 +53,17 @@ dataloaders() {
       --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}${1:-}.json" 2>&1 | grep img_per_s
   done
 }
+# both DataLoader baselines in steady state (the script's defaults) on the set's originals; $1: workers, $2: a
+# suffix for the JSON names, then extra arguments for the script
+dl() {
+  local w=$1 sfx=$2
+  shift 2
+  for norm in "" --normalize-in-workers; do
+    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$w" $norm "$@" \
+      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${w}workers$sfx.json" 2>&1 \
+      | grep img_per_s | sed "s/^/DataLoader $w workers${norm:+ normalised in workers}$sfx: /"
+  done
+}
 # ResNet-50 end to end from the JPEG set: 20 warm-up + 100 timed steps (e2e100); GPU decode with 4 read threads
 e2e100=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
 gpudec=(--set data.decode=gpu --set data.workers=4 --set bench.data=pipeline)
@@ -248,15 +259,6 @@ case "$phase" in
     tail -2 "$out/pack.txt"
     steady=(--config configs/imagenet_like.yaml --set bench.warmup_steps=32 --set bench.steps=160)
     rs=(--set data.source=shards --set data.root=data/rshards --set data.eval_split=)
-    dl() {  # $1: workers, $2: a suffix for the JSON names, then extra arguments for the script
-      local w=$1 sfx=$2
-      shift 2
-      for norm in "" --normalize-in-workers; do
-        python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$w" $norm "$@" \
-          --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${w}workers$sfx.json" 2>&1 \
-          | grep img_per_s | sed "s/^/DataLoader $w workers${norm:+ normalised in workers}$sfx: /"
-      done
-    }
     dl 14 _before
     dl 16 _before
     for rep in 1 2; do
@@ -285,13 +287,6 @@ case "$phase" in
     grep -E "packed|wall" "$out/pack.txt"
     steady=(--config configs/imagenet_like.yaml --set bench.warmup_steps=32 --set bench.steps=160
             --set data.source=shards --set data.eval_split=)
-    dl() {  # $1: workers, $2: a suffix for the JSON names
-      for norm in "" --normalize-in-workers; do
-        python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$1" $norm \
-          --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${1}workers$2.json" 2>&1 \
-          | grep img_per_s | sed "s/^/DataLoader $1 workers${norm:+ normalised in workers}$2: /"
-      done
-    }
     dl 14 _before
     dl 16 _before
     for rep in 1 2; do
