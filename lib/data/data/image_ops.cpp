@@ -97,9 +97,23 @@ Taps make_taps(int in_offset, int in_size, int out_size, int in_total) {
 
 inline uint8_t clamp_u8(float v) { return static_cast<uint8_t>(std::min(255.f, std::max(0.f, v + 0.5f))); }
 
+#ifdef __SSE2__
+// One output pixel: the sum over k < T of w[k] * p[3k..3k+2], the three channels as one 4-lane vector (the fourth
+// lane reads the next float, which the row buffer is padded for, and is dropped), rounded and clamped to uint8.
+inline __attribute__((always_inline)) void pixel_four_lanes(const float* w, const float* p, int T, uint8_t* o) {
+  __m128 acc = _mm_setzero_ps();
+  for (int k = 0; k < T; ++k) acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k)));
+  acc = _mm_min_ps(_mm_max_ps(_mm_add_ps(acc, _mm_set1_ps(0.5f)), _mm_setzero_ps()), _mm_set1_ps(255.f));
+  alignas(16) int32_t lanes[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_cvttps_epi32(acc));
+  o[0] = static_cast<uint8_t>(lanes[0]);
+  o[1] = static_cast<uint8_t>(lanes[1]);
+  o[2] = static_cast<uint8_t>(lanes[2]);
+}
+#endif
+
 // Output pixel x of each row = sum over k < T of wa[x*T + k] * row[s0[x] + k] per channel. N > 0: T = N at
-// compile time; N = 0: T given at run time. With SSE the three channels of a pixel are one 4-lane vector (the
-// fourth lane reads the next float, which the row buffer is padded for, and is dropped).
+// compile time; N = 0: T given at run time. With SSE one pixel at a time (pixel_four_lanes).
 template <int N>
 inline __attribute__((always_inline)) void horizontal_pass(const float* tmp, int row_len, const float* wa,
                                                            const int* s0, uint8_t* dst, int dst_w, int dst_h,
@@ -113,15 +127,7 @@ inline __attribute__((always_inline)) void horizontal_pass(const float* tmp, int
       const float* p = row + static_cast<size_t>(s0[x]) * 3;
       const int ox = flip ? dst_w - 1 - x : x;
 #ifdef __SSE2__
-      __m128 acc = _mm_setzero_ps();
-      for (int k = 0; k < T; ++k) acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k)));
-      acc = _mm_min_ps(_mm_max_ps(_mm_add_ps(acc, _mm_set1_ps(0.5f)), _mm_setzero_ps()), _mm_set1_ps(255.f));
-      const __m128i v = _mm_cvttps_epi32(acc);
-      alignas(16) int32_t lanes[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(lanes), v);
-      out[3 * ox] = static_cast<uint8_t>(lanes[0]);
-      out[3 * ox + 1] = static_cast<uint8_t>(lanes[1]);
-      out[3 * ox + 2] = static_cast<uint8_t>(lanes[2]);
+      pixel_four_lanes(w, p, T, out + 3 * ox);
 #else
       float a = 0, b = 0, c = 0;
       for (int k = 0; k < T; ++k) {
@@ -180,20 +186,9 @@ __attribute__((target("avx2"))) void horizontal_pass_pairs(const float* tmp, int
   }
   if (dst_w & 1) {  // the last output pixel, alone, four lanes wide
     const int ox = dst_w - 1, x = flip ? 0 : ox;
-    for (int y = 0; y < dst_h; ++y) {
-      const float* row = tmp + static_cast<size_t>(y) * row_len;
-      uint8_t* out = dst + static_cast<size_t>(y) * dst_stride;
-      const float* w = wa + static_cast<size_t>(x) * T;
-      const float* p = row + static_cast<size_t>(s0[x]) * 3;
-      __m128 acc = _mm_setzero_ps();
-      for (int k = 0; k < T; ++k) acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k)));
-      acc = _mm_min_ps(_mm_max_ps(_mm_add_ps(acc, _mm_set1_ps(0.5f)), _mm_setzero_ps()), _mm_set1_ps(255.f));
-      alignas(16) int32_t lanes[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_cvttps_epi32(acc));
-      out[3 * ox] = static_cast<uint8_t>(lanes[0]);
-      out[3 * ox + 1] = static_cast<uint8_t>(lanes[1]);
-      out[3 * ox + 2] = static_cast<uint8_t>(lanes[2]);
-    }
+    for (int y = 0; y < dst_h; ++y)
+      pixel_four_lanes(wa + static_cast<size_t>(x) * T, tmp + static_cast<size_t>(y) * row_len + s0[x] * 3, T,
+                       dst + static_cast<size_t>(y) * dst_stride + 3 * ox);
   }
 }
 
