@@ -43,26 +43,28 @@ jpeg_set() {
     --train 4000 --val 500 > "$out/dataset.txt"
   mkdir -p "$out/bench"
 }
-# both torch DataLoader baselines on the set, 16 workers: uint8 out (normalised on the GPU), and torchvision's
-# ToTensor + Normalize in the workers; $1: a suffix for the JSON names, $2: another ImageFolder (the method of
-# the figures before 2026-12-01: 5 + 40 batches, a new iterator per epoch; the ratio phase has the steady state)
-dataloaders() {
+# both torch DataLoader baselines: uint8 out (normalised on the GPU), and torchvision's ToTensor + Normalize in the
+# workers; $1: the ImageFolder, $2: the tail of the JSON names, then the script's arguments
+dataloader_pair() {
+  local root=$1 tail=$2
+  shift 2
   for norm in "" --normalize-in-workers; do
-    python3 scripts/bench_torch_dataloader.py "${2:-data/imagenet_like/train}" --workers 16 --batches 40 \
-      --warmup 5 --epoch-iterators $norm \
-      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}${1:-}.json" 2>&1 | grep img_per_s
+    python3 scripts/bench_torch_dataloader.py "$root" $norm "$@" \
+      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}$tail.json" 2>&1 \
+      | grep img_per_s | sed "s/^/DataLoader$tail${norm:+ normalised in workers}: /"
   done
 }
-# both DataLoader baselines in steady state (the script's defaults) on the set's originals; $1: workers, $2: a
-# suffix for the JSON names, then extra arguments for the script
+# 16 workers, the method of the figures before 2026-12-01 (5 + 40 batches, a new iterator per epoch; the ratio
+# phases have the steady state); $1: a suffix for the JSON names, $2: another ImageFolder
+dataloaders() {
+  dataloader_pair "${2:-data/imagenet_like/train}" "${1:-}" --workers 16 --batches 40 --warmup 5 --epoch-iterators
+}
+# steady state (the script's defaults) on the set's originals; $1: workers, $2: a suffix for the JSON names, then
+# extra arguments for the script
 dl() {
   local w=$1 sfx=$2
   shift 2
-  for norm in "" --normalize-in-workers; do
-    python3 scripts/bench_torch_dataloader.py data/imagenet_like/train --workers "$w" $norm "$@" \
-      --out "$out/bench/data_torch_dataloader${norm:+_normalize_in_workers}_${w}workers$sfx.json" 2>&1 \
-      | grep img_per_s | sed "s/^/DataLoader $w workers${norm:+ normalised in workers}$sfx: /"
-  done
+  dataloader_pair data/imagenet_like/train "_${w}workers$sfx" --workers "$w" "$@"
 }
 # ResNet-50 end to end from the JPEG set: 20 warm-up + 100 timed steps (e2e100); GPU decode with 4 read threads
 e2e100=(--config configs/imagenet_like.yaml --set data.eval_split= --set bench.warmup_steps=20 --set bench.steps=100)
