@@ -82,7 +82,12 @@ int run(int argc, char** argv) {
     char self[4096];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
     const std::string program = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
-    return launch(parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), program));
+    const LaunchOptions o = parse_launch_args(std::vector<std::string>(argv + 2, argv + argc), program);
+    if (o.help) {
+      std::cout << launch_usage();
+      return 0;
+    }
+    return launch(o);
   }
   if (argc > 1 && std::string(argv[1]) == "pack") return run_pack(std::vector<std::string>(argv + 2, argv + argc));
   const CommandLine cl = parse_command_line(argc, argv, kCommands);

@@ -14,6 +14,8 @@
 #include "checkpoint/checkpoint.h"
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/strings.h"
+#include "engine/run_dir.h"
 #include "models/safetensors.h"
 #include "test_support/test_support.h"
 
@@ -149,14 +151,21 @@ TEST(Resume, KilledRunResumesBitIdentically) {
   const pid_t pid = spawn("exec " + run_args(b), dir.file("b1.log"));
   const std::string want = CheckpointDir(b + "/default/checkpoints").path_for(16);
   const auto t0 = std::chrono::steady_clock::now();
-  while (!fs::exists(want) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto logged_past_16 = [&] {  // the step-16 checkpoint exists and the run logged step 17 after it
+    return fs::exists(want) && fs::read_text(b + "/default/metrics.jsonl").find("\"step\":17,") != std::string::npos;
+  };
+  while (!logged_past_16() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(fs::exists(want)) << fs::read_text(dir.file("b1.log"));
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
   ASSERT_FALSE(fs::exists(b + "/default/model.safetensors"));
+  const int64_t from = read_checkpoint(CheckpointDir(b + "/default/checkpoints").latest_valid()).step;
+  int64_t killed_at = 0;
+  for (const auto& line : split(fs::read_text(b + "/default/metrics.jsonl"), '\n'))
+    killed_at = std::max(killed_at, metrics_row_step(line));
   const auto res = test::run_command(run_args(b) + " --resume auto");
   ASSERT_EQ(res.exit_code, 0) << res.output;
   EXPECT_NE(res.output.find("resumed from"), std::string::npos) << res.output;
@@ -172,6 +181,105 @@ TEST(Resume, KilledRunResumesBitIdentically) {
   ASSERT_EQ(la.size(), 36u);
   std::set<std::string> sb(lb.begin(), lb.end());
   for (const auto& l : la) EXPECT_TRUE(sb.count(l)) << "missing or different after resume: " << l;
+  // one curve: the killed run's rows after its last checkpoint, trained again, left metrics.jsonl for metrics_superseded.jsonl
+  EXPECT_EQ(lb, la);
+  ASSERT_GT(killed_at, from) << "the killed run logged nothing after its last checkpoint";
+  int superseded = 0;
+  for (const auto& line : split(fs::read_text(b + "/default/metrics_superseded.jsonl"), '\n'))
+    if (!line.empty()) {
+      ++superseded;
+      EXPECT_GT(metrics_row_step(line), from) << line;
+    }
+  EXPECT_GE(superseded, killed_at - from);  // a train row per step at least
+  // TensorBoard reads one curve too: the resumed run's SessionLog START purges the killed run's later events
+  const std::string script = dir.file("read.py");
+  fs::write_text_atomic(script, R"(import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1]); ea.Reload()
+steps = [e.step for e in ea.Scalars("train/loss")]
+print("steps", len(steps), "unique", len(set(steps)), "sorted", steps == sorted(steps))
+)");
+  const auto tb = test::run_command(test::python() + " " + test::shell_quote(script) + " " +
+                                    test::shell_quote(b + "/default"));
+  ASSERT_EQ(tb.exit_code, 0) << tb.output;
+  EXPECT_NE(tb.output.find("steps 36 unique 36 sorted True"), std::string::npos) << tb.output;
+}
+
+// A fresh run under a run.name that already holds a finished run leaves that run alone: it writes beside it
+// (default-2), and --resume auto still continues the first one.
+TEST(Resume, AFreshRunNeverWritesIntoAnotherRunsFolder) {
+  test::TempDir dir;
+  const std::string args = run_args(dir.path()) + " --set train.epochs=1";
+  const auto first = test::run_command(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string a = dir.file("default");
+  const std::string weights = fs::read_text(a + "/model.safetensors"), metrics = fs::read_text(a + "/metrics.jsonl");
+  const std::string log = fs::read_text(a + "/train.log");
+  const auto checkpoints = CheckpointDir(a + "/checkpoints").list();
+  const auto second = test::run_command(args + " --set train.max_steps=5");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("writes to " + a + "-2"), std::string::npos) << second.output;
+  EXPECT_EQ(fs::read_text(a + "/model.safetensors"), weights);
+  EXPECT_EQ(fs::read_text(a + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(fs::read_text(a + "/train.log"), log);
+  EXPECT_EQ(CheckpointDir(a + "/checkpoints").list(), checkpoints);
+  EXPECT_TRUE(fs::exists(a + "-2/model.safetensors"));
+  EXPECT_EQ(read_checkpoint(CheckpointDir(a + "-2/checkpoints").latest_valid()).step, 4);
+  const auto third = test::run_command(args + " --set train.max_steps=5");  // and the next one beside both
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_TRUE(fs::exists(a + "-3/model.safetensors"));
+  // --resume auto continues the named folder's run (finished: nothing left to train), in that folder
+  const auto resumed = test::run_command(args + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + a + "/checkpoints"), std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(a + "-4"));
+  EXPECT_EQ(fs::read_text(a + "/model.safetensors"), weights);
+}
+
+// A fatal error reaches train.log too, not only the console.
+TEST(Resume, FatalErrorsAreInTrainLog) {
+  test::TempDir dir;
+  // lr 1e6 diverges: after max_nonfinite_steps skipped steps in a row the run stops with an error
+  const auto r = test::run_command(run_args(dir.path()) + " --set optim.name=sgd --set optim.lr=1e6" +
+                                   " --set train.max_nonfinite_steps=2 --set model.drop_path_rate=0");
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  const std::string log = fs::read_text(dir.file("default/train.log"));
+  EXPECT_NE(log.find("fatal: "), std::string::npos) << log;
+  EXPECT_NE(log.find("non-finite gradients"), std::string::npos) << log;
+}
+
+// accum_steps 3 over 10 batches an epoch: groups of 3, 3, 3 and 1, four optimizer steps an epoch. The run
+// checkpoints at every epoch's end, resumes exactly from a mid-epoch checkpoint, and its epoch records count
+// optimizer steps.
+TEST(Resume, AccumulationThatDoesNotDivideTheEpoch) {
+  test::TempDir dir;
+  const std::string args = run_args(dir.path()) + " --set data.synthetic_samples=320 --set train.accum_steps=3" +
+                           " --set train.epochs=2 --set checkpoint.every_steps=2 --set checkpoint.keep_last=10";
+  const auto ref = test::run_command(args + " --set run.name=a");
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  int epochs = 0;
+  for (const auto& line : split(fs::read_text(dir.file("a/metrics.jsonl")), '\n'))
+    if (line.find("\"kind\":\"epoch\"") != std::string::npos) {
+      ++epochs;
+      EXPECT_NE(line.find("\"steps\":4,\"micro_batches\":10,"), std::string::npos) << line;
+    }
+  EXPECT_EQ(epochs, 2);
+  CheckpointDir a(dir.file("a/checkpoints"));
+  EXPECT_EQ(read_checkpoint(a.path_for(4)).epoch, 1);  // epoch 1's end: the start of epoch 2
+  EXPECT_EQ(read_checkpoint(a.path_for(4)).batch, 0);
+  // stopped at step 6 (epoch 2, batch 6), then resumed to the end: the same weights
+  const auto first = test::run_command(args + " --set run.name=b --set train.max_steps=6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CheckpointState mid = read_checkpoint(CheckpointDir(dir.file("b/checkpoints")).latest_valid());
+  EXPECT_EQ(mid.step, 6);
+  EXPECT_EQ(mid.batch, 6);
+  const auto rest = test::run_command(args + " --set run.name=b --resume auto");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  const auto wa = read_safetensors(dir.file("a/model.safetensors")).tensors;
+  const auto wb = read_safetensors(dir.file("b/model.safetensors")).tensors;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i)
+    EXPECT_TRUE(torch::equal(wa[i].second, wb[i].second)) << wa[i].first << " differs after resume";
 }
 
 // checkpoint.keep_best: the best two evaluations of a run are kept in checkpoints/best/, apart from the rotation.
@@ -238,6 +346,8 @@ TEST(Resume, SigtermWritesCheckpointAndExitsThree) {
   while ((!fs::exists(metrics) || fs::file_size(metrics) < 200) &&
          std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // twice within milliseconds, as GNU timeout and forwarding launchers do: one request, the checkpoint is written
+  ::kill(pid, SIGTERM);
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);

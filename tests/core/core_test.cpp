@@ -1,12 +1,19 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/fs.h"
 #include "core/parallel.h"
+#include "core/signals.h"
 #include "core/strings.h"
 #include "test_support/test_support.h"
 
@@ -76,6 +83,55 @@ TEST(Parallel, EveryIndexOnceAndErrorsReachTheCaller) {
                std::runtime_error);
   EXPECT_LT(calls.load(), 100000) << "the others stop taking indices after the error";
   parallel_for(0, 4, [&](int64_t) { FAIL() << "no index in an empty range"; });
+}
+
+
+// Runs f in a forked child; returns its wait status.
+template <class F> int in_child(F&& f) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    f();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// GNU timeout, scancel and forwarding launchers deliver SIGTERM twice within milliseconds: one stop request, the
+// process lives on to write its checkpoint. A signal seconds later exits at once.
+TEST(Signals, RepeatsWithinTheWindowAreOneRequestALaterOneExits) {
+  const int twice = in_child([] {
+    install_stop_handlers();
+    ::raise(SIGTERM);
+    ::raise(SIGTERM);
+    ::raise(SIGINT);
+    ::_exit(stop_requested() ? 7 : 8);
+  });
+  ASSERT_TRUE(WIFEXITED(twice));
+  EXPECT_EQ(WEXITSTATUS(twice), 7);
+  const int later = in_child([] {
+    install_stop_handlers();
+    ::raise(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::duration<double>(kRepeatWindowSeconds + 0.2));
+    ::raise(SIGINT);
+    ::_exit(9);  // not reached: the late signal exits
+  });
+  ASSERT_TRUE(WIFEXITED(later));
+  EXPECT_EQ(WEXITSTATUS(later), 128 + SIGINT);
+}
+
+// Every log line reaches the file when written: a process killed right after logging leaves it there.
+TEST(Log, EveryLineReachesTheFileBeforeAKill) {
+  test::TempDir dir;
+  const std::string path = dir.file("train.log");
+  const int status = in_child([&] {
+    log::set_file(path);
+    log::info("the last words before SIGKILL");
+    ::raise(SIGKILL);
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_NE(fs::read_text(path).find("the last words before SIGKILL\n"), std::string::npos) << fs::read_text(path);
 }
 
 }  // namespace

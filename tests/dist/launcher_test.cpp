@@ -24,6 +24,49 @@ TEST(Launcher, ParsesOptions) {
   EXPECT_EQ(o.argv, (std::vector<std::string>{"/t", "--config", "x.yaml"}));
   EXPECT_THROW(parse_launch_args({"--nproc-per-node", "x"}, "/t"), ConfigError);
   EXPECT_THROW(parse_launch_args({"--bogus"}, "/t"), ConfigError);
+  EXPECT_EQ(o.grace_seconds, 30);  // a large model's preemption checkpoint fits (torchrun's default too)
+  EXPECT_EQ(parse_launch_args({"--grace-s", "120", "--", "x"}, "/t").grace_seconds, 120);
+  EXPECT_THROW(parse_launch_args({"--grace-s", "-1"}, "/t"), ConfigError);
+  EXPECT_TRUE(parse_launch_args({"--help"}, "/t").help);
+  // like every other command: usage on stdout, exit 0
+  const auto r = test::run_command(test::shell_quote(test::trainer_binary()) + " launch --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--nproc-per-node N"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--grace-s"), std::string::npos) << r.output;
+}
+
+bool process_gone(pid_t pid) {  // gone, or a zombie nobody reaps (a container's init may not)
+  if (::kill(pid, 0) != 0) return true;
+  const std::string stat = fs::exists("/proc/" + std::to_string(pid) + "/stat")
+                               ? fs::read_text("/proc/" + std::to_string(pid) + "/stat") : std::string();
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+// A rank that ignores SIGTERM is killed --grace-s after the stop, with what it started (its process group), not
+// before.
+TEST(Launcher, GracePeriodThenTheWholeProcessGroupIsKilled) {
+  test::TempDir dir;
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.grace_seconds = 2;
+  const std::string pidfile = dir.file("child.pid");
+  o.argv = {"/bin/sh", "-c",
+            "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 4; fi; trap '' TERM; sleep 300 & echo $! > " + pidfile +
+                "; while :; do sleep 0.1; done"};
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = launch(o);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(code, 4);
+  EXPECT_GE(sec, 2.4) << "killed before the grace period";
+  EXPECT_LT(sec, 6.0);
+  ASSERT_TRUE(fs::exists(pidfile));
+  const pid_t child = static_cast<pid_t>(std::stol(fs::read_text(pidfile)));
+  const auto t1 = std::chrono::steady_clock::now();
+  while (!process_gone(child) && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(process_gone(child)) << "rank 0's own child outlived the launcher";
+  if (!process_gone(child)) ::kill(child, SIGKILL);
 }
 
 TEST(Launcher, FailingRankStopsTheOthersQuickly) {

@@ -167,6 +167,39 @@ TEST_F(EngineParity, GradScalerMatchesTorchAmp) {
   }
 }
 
+// The first step skipped for an inf gradient, then finite ones: SGD with Nesterov momentum and weight decay equals
+// torch.optim.SGD under torch.amp.GradScaler (whose momentum buffer is made at the first step taken). The
+// momentum buffer must not start from uninitialised memory: junk is left where it will be allocated.
+TEST_F(EngineParity, SgdMomentumAfterASkippedFirstStepMatchesTorch) {
+  const auto ref = results()["scaler_momentum"];
+  const auto overflow = ref["overflow"].get<std::vector<int>>();
+  const auto params = ref["params"].get<std::vector<std::vector<double>>>();
+  GradScalerOptions so;
+  so.growth_interval = 2;
+  GradScaler scaler(torch::kCPU, /*enabled=*/true, so);
+  auto p = torch::tensor({1.0f, -2.0f, 0.5f, 3.0f}).requires_grad_(true);
+  ParamGroup g;
+  g.names = {"p"};
+  g.params = {p};
+  g.weight_decay = 1e-2;
+  OptimConfig oc;
+  oc.name = "sgd";
+  oc.momentum = 0.9;
+  oc.nesterov = true;
+  Optimizer opt({g}, oc);
+  for (int i = 0; i < 64; ++i) torch::full({4}, 1e30f);  // freed memory full of junk, next to be allocated
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    const double scale = scaler.scale_tensor().item<double>();
+    auto grad = torch::tensor({0.5f, -0.25f, 1.0f, 0.125f}) * static_cast<float>((1 + 0.5 * i) * scale);
+    if (overflow[i]) grad[2] = std::numeric_limits<float>::infinity();
+    p.mutable_grad() = grad;
+    scaler.unscale_(opt.grads());
+    opt.step(0.1, scaler.found_inf());
+    scaler.update();
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(p[j].item<double>(), params[i][j], 1e-6) << "step " << i << " [" << j << "]";
+  }
+}
+
 TEST(Engine, AccumulationEqualsLargeBatch) {
   // ViT has no batch statistics, so 4 micro-batches of 8 must equal one batch of 32 exactly (up to fp32 sums).
   Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
@@ -188,6 +221,32 @@ TEST(Engine, AccumulationEqualsLargeBatch) {
   EXPECT_EQ(acc.steps(), 1);
   auto ref = big.model()->named_parameters();
   for (auto& kv : acc.model()->named_parameters()) EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+}
+
+// The last accumulation of an epoch may hold fewer micro-batches than accum_steps: it still steps, each loss divided
+// by its own count, so 2 micro-batches of 8 in a group of 2 (accum_steps 3) equal one batch of 16.
+TEST(Engine, ShortLastAccumulationStepsLikeItsBatch) {
+  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
+  c.optim.name = "sgd";
+  c.optim.lr = 0.1;
+  Trainer big(c, RunContext{torch::kCPU}, false);
+  Config ca = c;
+  ca.train.accum_steps = 3;
+  Trainer acc(ca, RunContext{torch::kCPU}, false);
+  load_state_dict(*acc.model(), state_dict(*big.model()), LoadMode::strict, "copy");
+  torch::manual_seed(6);
+  auto x = torch::randn({16, 1, 32, 32});
+  auto y = torch::randint(10, {16});
+  EXPECT_TRUE(big.train_step(Batch{x, y, {}}));
+  EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}, /*group_size=*/2));
+  EXPECT_TRUE(acc.train_step(Batch{x.narrow(0, 8, 8), y.narrow(0, 8, 8), {}}, /*group_size=*/1));
+  EXPECT_EQ(acc.steps(), 1);
+  auto ref = big.model()->named_parameters();
+  for (auto& kv : acc.model()->named_parameters()) EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+  // and the next accumulation is a whole one again: two calls do not step
+  EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}));
+  EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 8, 8), y.narrow(0, 8, 8), {}}));
+  EXPECT_TRUE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}));
 }
 
 class NonFinite : public ::testing::TestWithParam<std::string> {};

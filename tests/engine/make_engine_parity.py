@@ -106,6 +106,24 @@ def main():
         scales.append(scaler.get_scale())
         params.append(p.detach()[0].item())
     result["scaler"] = {"overflow": overflow, "scales": scales, "param0": params}
+    # SGD with Nesterov momentum and weight decay under the scaler, the first step skipped (an inf gradient):
+    # torch makes the momentum buffer at the first step it takes
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5, 3.0]))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=2)
+    overflow = [1, 0, 0, 1, 0, 0]
+    steps = []
+    for i, bad in enumerate(overflow):
+        scaler.scale(torch.ones(()))
+        scale = scaler.get_scale()
+        g = torch.tensor([0.5, -0.25, 1.0, 0.125]) * (1 + 0.5 * i) * scale
+        if bad:
+            g[2] = float("inf")
+        p.grad = g
+        scaler.step(opt)
+        scaler.update()
+        steps.append(p.detach().tolist())
+    result["scaler_momentum"] = {"overflow": overflow, "params": steps}
     result["mix"] = mix_cases(out)
     with open(f"{out}/engine.json", "w") as f:
         json.dump(result, f)

@@ -89,7 +89,7 @@ void set_file(const std::string& path) {
   }
   s.file->set_pattern("[%Y-%m-%d %H:%M:%S.%e %L] %v");
   s.file->set_level(spdlog::level::trace);
-  s.file->flush_on(spdlog::level::warn);
+  s.file->flush_on(spdlog::level::trace);  // every line reaches the file as it is written (a kill loses none)
 }
 
 void write(Level l, const std::string& msg) {
@@ -103,6 +103,12 @@ void write(Level l, const std::string& msg) {
     s.after();
   }
   if (s.file) s.file->log(to_spd(l), line);
+}
+
+void write_file(Level l, const std::string& msg) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.file) s.file->log(to_spd(l), s.prefix + msg);
 }
 
 void set_console_guard(std::function<void()> before, std::function<void()> after) {

@@ -23,6 +23,8 @@ void set_rank(int rank, int world_size);
 // Also write to this file (created/appended). Empty path closes it.
 void set_file(const std::string& path);
 void write(Level level, const std::string& msg);
+// To the file only (a fatal error that main() prints on the console itself).
+void write_file(Level level, const std::string& msg);
 // Called around every console line (e.g. a progress bar erases itself before and redraws after); empty = none.
 void set_console_guard(std::function<void()> before, std::function<void()> after);
 void flush();

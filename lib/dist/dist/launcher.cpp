@@ -45,6 +45,15 @@ void emit(int rank, const std::string& line) {
 
 }  // namespace
 
+std::string launch_usage() {
+  return "usage: trainer launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
+         "                      [--grace-s S] -- <trainer args>\n"
+         "Starts N ranks of trainer on this machine with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+         "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); their output lines carry the rank. SIGINT/SIGTERM go to every\n"
+         "rank, which writes a checkpoint and exits 3; when a rank fails the others are stopped. A rank still running\n"
+         "S seconds (default 30) after it was told to stop is killed with all it started.\n";
+}
+
 LaunchOptions parse_launch_args(const std::vector<std::string>& w, const std::string& program) {
   LaunchOptions o;
   size_t i = 0;
@@ -58,14 +67,17 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& w, const std::st
       ++i;
       break;
     }
-    if (a == "--nproc-per-node") o.nproc_per_node = to_int(a, value(a));
+    if (a == "--help" || a == "-h") o.help = true;
+    else if (a == "--nproc-per-node") o.nproc_per_node = to_int(a, value(a));
     else if (a == "--nnodes") o.nnodes = to_int(a, value(a));
     else if (a == "--node-rank") o.node_rank = to_int(a, value(a));
     else if (a == "--master-addr") o.master_addr = value(a);
     else if (a == "--master-port") o.master_port = to_int(a, value(a));
-    else throw ConfigError(str_cat("launch: unknown option '", a, "' (usage: trainer launch --nproc-per-node N ",
-                                   "[--nnodes M --node-rank R --master-addr A --master-port P] -- <trainer args>)"));
+    else if (a == "--grace-s") o.grace_seconds = to_int(a, value(a));
+    else throw ConfigError(str_cat("launch: unknown option '", a, "'\n", launch_usage()));
   }
+  if (o.help) return o;
+  if (o.grace_seconds < 0) throw ConfigError("launch: --grace-s needs seconds >= 0");
   if (o.nproc_per_node < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     throw ConfigError(str_cat("launch: need --nproc-per-node >= 1 and 0 <= --node-rank < --nnodes"));
   o.argv.push_back(program);
@@ -108,6 +120,7 @@ int launch(const LaunchOptions& o) {
       std::fprintf(stderr, "launch: cannot run %s: %s\n", args[0], std::strerror(errno));
       ::_exit(127);
     }
+    ::setpgid(pid, pid);  // also here, so that no signal can come before the child's own call
     ::close(p[1]);
     ranks[static_cast<size_t>(lr)].pid = pid;
     ranks[static_cast<size_t>(lr)].fd = p[0];
@@ -116,9 +129,9 @@ int launch(const LaunchOptions& o) {
   int result = 0;
   bool stopping = false;
   auto t_stop = std::chrono::steady_clock::now();
-  auto stop_all = [&](int sig) {
+  auto stop_all = [&](int sig) {  // each rank's process group: what it started (decode helpers, shells) too
     for (auto& r : ranks)
-      if (!r.exited) ::kill(r.pid, sig);
+      if (!r.exited) ::kill(-r.pid, sig);
   };
   for (;;) {
     // ---- forward signals; escalate a stop that takes too long ----

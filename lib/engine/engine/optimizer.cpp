@@ -50,17 +50,19 @@ void Optimizer::step(double lr, const c10::optional<torch::Tensor>& found_inf, c
     TRAINER_CHECK(params.size() == g.params.size() || !s.started,
                   "a parameter lost its gradient after the first step (unused parameters are not supported)");
     if (cfg_.name == "sgd") {
-      const bool first = !s.started;
-      if (first && cfg_.momentum > 0)
-        for (auto& p : params) s.momentum.push_back(torch::empty_like(p, torch::MemoryFormat::Preserve));
+      // Momentum starts at zero and every step is a "later" step: with dampening 0, buf = momentum * 0 + grad is
+      // torch's first-step buf = grad bit for bit, and it stays right when the first step is skipped on the device
+      // (found_inf), which torch.optim.SGD under a GradScaler skips too (its buffer is then made at the next step).
+      if (!s.started && cfg_.momentum > 0)
+        for (auto& p : params) s.momentum.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
       const at::TensorList mom = cfg_.momentum > 0 ? at::TensorList(s.momentum) : at::TensorList();
       if (device_lr)
         at::_fused_sgd_(params, grads, mom, g.weight_decay, cfg_.momentum, lr_tensor, /*dampening=*/0.0,
-                        cfg_.nesterov, /*maximize=*/false, /*is_first_step=*/first, /*grad_scale=*/c10::nullopt,
+                        cfg_.nesterov, /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/c10::nullopt,
                         found_inf);
       else
         at::_fused_sgd_(params, grads, mom, g.weight_decay, cfg_.momentum, lr, /*dampening=*/0.0, cfg_.nesterov,
-                        /*maximize=*/false, /*is_first_step=*/first, /*grad_scale=*/c10::nullopt, found_inf);
+                        /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/c10::nullopt, found_inf);
     } else if (cfg_.name == "lamb") {
       lamb_step(g, s, params, grads, lr, lr_tensor, found_inf);
     } else {

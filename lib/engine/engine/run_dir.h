@@ -1,5 +1,7 @@
 // The run folder: <run.out_dir>/<run.name>/ holding config.yaml (resolved), train.log, metrics.jsonl and the
-// weights, and a TensorBoard event file. Created only after the config validated; checked for writability before training starts.
+// weights, and a TensorBoard event file. Created only after the config validated; checked for writability before
+// training starts. A fresh run never writes into a folder that holds another run's files: it takes the first free
+// <run.name>-2, -3, ... beside it and says so.
 #pragma once
 #include <fstream>
 #include <memory>
@@ -15,8 +17,14 @@ class EventWriter;
 
 class RunDir {
  public:
+  enum class Start {
+    fresh,    // a new run: beside the folder when that is not empty
+    restart,  // --resume auto found no checkpoint: the folder's run starts over in it, unless it finished
+              // (model.safetensors), then beside it
+    resume,   // from a checkpoint of this folder's run: in it
+  };
   // Creates the folder (rank 0 only writes), saves the resolved config, opens the log file.
-  RunDir(const Config& cfg, bool writer);
+  RunDir(const Config& cfg, bool writer, Start start = Start::fresh);
   ~RunDir();
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const;
@@ -24,6 +32,9 @@ class RunDir {
   void append_metrics(const std::string& json_line);
   // Scalars to the TensorBoard event file (run.tensorboard); no-op on non-writer ranks.
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
+  // The run goes on from `step` (a resume or a restart): metrics.jsonl rows of later steps, which it trains again,
+  // move to metrics_superseded.jsonl, and TensorBoard is told to drop its events after `step`.
+  void supersede_after(int64_t step);
   bool writer() const { return writer_; }
 
  private:
@@ -32,5 +43,8 @@ class RunDir {
   std::ofstream metrics_;
   std::unique_ptr<EventWriter> events_;
 };
+
+// The "step" of one metrics.jsonl row; -1 when it has none.
+int64_t metrics_row_step(const std::string& json_line);
 
 }  // namespace trainer

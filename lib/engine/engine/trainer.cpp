@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -42,6 +43,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Optimizer steps in an epoch of `batches` micro-batches: the last accumulation may be shorter than accum_steps
+// and still steps (as timm does), so no gradient carries into the next epoch.
+int64_t steps_in_epoch(int64_t batches, int64_t accum_steps) {
+  return std::max<int64_t>((batches + accum_steps - 1) / accum_steps, 1);
+}
 
 AugmentOptions augment_options(const DataConfig& d) {
   AugmentOptions a;
@@ -128,7 +135,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   }
   scaler_ = std::make_unique<GradScaler>(ctx_.device, precision_ == Precision::fp16);
   const int64_t batches = train_loader_ ? train_loader_->batches_per_epoch() : 1000;
-  const int64_t steps_per_epoch = std::max<int64_t>(batches / cfg.train.accum_steps, 1);
+  const int64_t steps_per_epoch = steps_in_epoch(batches, cfg.train.accum_steps);
   const int64_t global_batch = cfg.data.batch_size * ctx_.world_size * cfg.train.accum_steps;
   const double peak_lr = scaled_lr(cfg.optim, global_batch);
   if (cfg.optim.lr_base_batch > 0 && ctx_.rank == 0)
@@ -318,11 +325,12 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
 }
 
 // ---- the train step ----
-bool Trainer::train_step(const Batch& batch) {
+bool Trainer::train_step(const Batch& batch, int64_t group_size) {
   const int64_t k = cfg_.train.accum_steps;
   torch::Tensor images = batch.images.device() == ctx_.device ? batch.images : batch.images.to(ctx_.device, true);
   torch::Tensor targets = batch.labels.device() == ctx_.device ? batch.labels : batch.labels.to(ctx_.device, true);
   if (micro_ == 0) {
+    group_ = group_size > 0 ? std::min(group_size, k) : k;
     lr_ = schedule_->lr_at(step_);
     if (lr_device_.defined()) lr_device_.fill_(lr_);  // what the kernels (and a captured graph) read
   }
@@ -347,9 +355,9 @@ bool Trainer::train_step(const Batch& batch) {
       return true;
     }
   }
-  const bool last_micro = micro_ + 1 == k;
+  const bool last_micro = micro_ + 1 == group_;
   forward_backward(images, targets, last_micro);
-  if (++micro_ < k) return false;
+  if (++micro_ < group_) return false;
   micro_ = 0;
   optimizer_step();
   ++step_;
@@ -357,9 +365,10 @@ bool Trainer::train_step(const Batch& batch) {
 }
 
 // Forward under autocast (cross-entropy runs in fp32 by autocast's policy; hard labels or soft targets), then
-// the backward of loss / k, scaled for fp16. Data parallel: only the last micro-step's backward communicates.
+// the backward of loss / (micro-batches in this accumulation), scaled for fp16. Data parallel: only the last
+// micro-step's backward communicates.
 void Trainer::forward_backward(const torch::Tensor& images, const torch::Tensor& targets, bool last_micro) {
-  const int64_t k = cfg_.train.accum_steps;
+  const int64_t k = group_;
   torch::Tensor loss;
   {
     RECORD_USER_SCOPE("forward");
@@ -479,12 +488,26 @@ EvalResult Trainer::evaluate() {
 bool Trainer::stop_agreed() {
   const bool local = stop_requested();
   if (!ctx_.dist) return local;
-  // Ranks run the same steps in lockstep, so a check at a step chosen from step_ alone is a matching collective
-  // on every rank. On GPUs only at log points, which read the device anyway; on CPUs (Gloo) every step.
-  if (ctx_.device.is_cuda() && step_ % cfg_.run.log_interval != 0) return false;
-  auto flag = torch::full({1}, local ? 1.0f : 0.0f, torch::TensorOptions().device(ctx_.device));
-  ctx_.dist->all_reduce_sum(flag);
-  return flag.item<float>() > 0;
+  // Ranks run the same steps in lockstep, so a check at a step chosen from values every rank holds alike is a
+  // matching collective on every rank. The checks come about kStopCheckSeconds apart whatever the step time:
+  // each one sums [stop flags, seconds since the last check] over ranks, and the next check's step follows from
+  // those sums, the same on every rank. The one host sync each costs is negligible at that rate.
+  constexpr double kStopCheckSeconds = 0.5;
+  if (step_ < next_stop_check_) return false;
+  const auto now = Clock::now();
+  const bool timed = last_stop_check_ != Clock::time_point{};
+  const double since = timed ? std::chrono::duration<double>(now - last_stop_check_).count() : 0;
+  auto v = torch::tensor({local ? 1.0 : 0.0, since}, torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device));
+  ctx_.dist->all_reduce_sum(v);
+  v = v.cpu();
+  const double seconds = v[1].item<double>() / ctx_.world_size;
+  const int64_t steps = step_ - stop_checked_steps_;
+  const double per_step = steps > 0 && seconds > 0 ? seconds / static_cast<double>(steps) : 0;
+  const int64_t every = per_step > 0 ? std::clamp<int64_t>(static_cast<int64_t>(kStopCheckSeconds / per_step), 1, 10000) : 1;
+  next_stop_check_ = step_ + every;
+  stop_checked_steps_ = step_;
+  last_stop_check_ = now;
+  return v[0].item<double>() > 0;
 }
 
 void Trainer::check_nonfinite_run() {
@@ -586,8 +609,7 @@ void Trainer::restore_state(const CheckpointState& s) {
       log::warn("resuming ", saved_world, " ranks' checkpoint on ", ctx_.world_size, " ranks: the epoch position ",
                 s.batch, " x ", saved_world, " is not a whole number of batches; ",
                 "some samples are trained again");
-    const int64_t spe = std::max<int64_t>(train_loader_ ? train_loader_->batches_per_epoch() / cfg_.train.accum_steps
-                                                        : 1, 1);
+    const int64_t spe = steps_in_epoch(train_loader_ ? train_loader_->batches_per_epoch() : 1, cfg_.train.accum_steps);
     step_ = s.epoch * spe + start_batch_ / cfg_.train.accum_steps;
     log::info("checkpoint written by ", saved_world, " rank(s), resumed on ", ctx_.world_size, ": epoch ",
               s.epoch + 1, " continues at batch ", start_batch_, ", step ", step_);
@@ -628,20 +650,63 @@ void Trainer::save_best(int64_t epoch, int64_t batch, const EvalResult& e) {
   }
 }
 
-void Trainer::resume_if_asked() {
+// Rank 0 picks the checkpoint (checkpoint.resume: auto = the newest that verifies in the run folder) and tells the
+// others its step; each of them reads that step from its own run folder (a shared filesystem, or a copy of rank
+// 0's checkpoints/), or the named file, which must hold the same step. When any rank cannot, every rank stops
+// with the reason: ranks never train on from different states.
+std::string Trainer::find_resume(CheckpointState* state) {
   const std::string& r = cfg_.checkpoint.resume;
-  if (r.empty()) return;
-  std::string path = r;
-  if (r == "auto") {
-    path = CheckpointDir(run_dir_->file("checkpoints")).latest_valid();
-    if (path.empty()) {
-      log::info("resume auto: no checkpoint in ", run_dir_->file("checkpoints"), "; starting fresh");
-      return;
+  if (r.empty()) return "";
+  const CheckpointDir dir(fs::join_path(fs::join_path(cfg_.run.out_dir, cfg_.run.name), "checkpoints"));
+  std::string path, problem;
+  if (ctx_.rank == 0) {
+    path = r == "auto" ? dir.latest_valid() : r;
+    if (path.empty()) log::info("resume auto: no checkpoint in ", dir.dir());
+    else if (!ctx_.dist) *state = read_checkpoint(path);  // a named path must verify, or the run stops
+    else {
+      try {
+        *state = read_checkpoint(path);
+      } catch (const Error& e) {
+        problem = e.what();
+      }
     }
   }
-  const CheckpointState s = read_checkpoint(path);  // a named path must verify, or the run stops
-  restore_state(s);
-  log::info("resumed from ", path, " at epoch ", s.epoch + 1, ", batch ", s.batch, ", step ", s.step);
+  if (!ctx_.dist) return path;
+  // rank 0's choice: [step or -1, whether it failed]
+  auto f = torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device);
+  auto choice = ctx_.rank == 0 ? torch::tensor({path.empty() || !problem.empty() ? -1.0 : double(state->step),
+                                                problem.empty() ? 0.0 : 1.0}, f)
+                               : torch::zeros({2}, f);
+  ctx_.dist->all_reduce_sum(choice);
+  choice = choice.cpu();
+  const int64_t step = static_cast<int64_t>(choice[0].item<double>());
+  if (choice[1].item<double>() > 0) {
+    if (ctx_.rank == 0) TRAINER_FAIL(problem);
+    TRAINER_FAIL("rank 0 could not read the checkpoint ", r, " (see its message); every rank stops");
+  }
+  if (ctx_.rank != 0 && step >= 0) {
+    path = r == "auto" ? dir.path_for(step) : r;
+    try {
+      *state = read_checkpoint(path);
+      if (state->step != step)
+        problem = str_cat(path, " holds step ", state->step, ", rank 0's checkpoint step ", step);
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  } else if (ctx_.rank != 0 && r == "auto" && !dir.latest_valid().empty()) {
+    log::warn("resume auto: rank 0 found no checkpoint, so this rank starts fresh too although ", dir.dir(),
+              " holds some (each rank reads its own run folder)");
+  }
+  auto failed = torch::full({1}, problem.empty() ? 0.0 : 1.0, f);
+  ctx_.dist->all_reduce_sum(failed);
+  const int64_t bad = static_cast<int64_t>(failed.item<double>());
+  if (!problem.empty())
+    TRAINER_FAIL("rank ", ctx_.rank, " cannot resume from step ", step, ", which rank 0 resumes from: ", problem,
+                 "; hint: every rank reads checkpoints from its own run folder: put run.out_dir on a shared ",
+                 "filesystem or copy rank 0's checkpoints/ to every host");
+  TRAINER_CHECK(bad == 0, bad, " rank(s) cannot resume from step ", step, ", which rank 0 resumes from (see their ",
+                "messages); every rank stops");
+  return path;
 }
 
 // ---- what fit() reports ----
@@ -713,7 +778,8 @@ std::string Trainer::evaluate_and_record(int64_t epoch, bool done, int64_t batch
 }
 
 // The end of an epoch: its log line, a metrics.jsonl record, scalars, bottleneck verdicts, the bad-file count.
-void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, double compute_s, const std::string& eval_text) {
+void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps, double compute_s,
+                           const std::string& eval_text) {
   const GpuMemory mem = gpu_memory(ctx_.device);
   const double img_per_s = ctx_.world_size * et.images / et.wall_s;
   const double wait_pct = et.wall_s > 0 ? 100.0 * et.data_wait_s / et.wall_s : 0.0;
@@ -721,10 +787,11 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, double compute
                       et.wall_s, img_per_s, wait_pct, eval_text.c_str(),
                       ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
   run_dir_->append_metrics(strprintf(
-      R"({"kind":"epoch","epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,"compute_s":%.3f,)"
-      R"("copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"bad_samples":%lld})",
-      static_cast<long long>(epoch), et.wall_s, img_per_s, wait_pct, compute_s, et.copy_s,
-      static_cast<long long>(std::max<int64_t>(et.drained_steps, 0)), static_cast<long long>(et.steps),
+      R"({"kind":"epoch","step":%lld,"epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,)"
+      R"("compute_s":%.3f,"copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"micro_batches":%lld,"bad_samples":%lld})",
+      static_cast<long long>(step_), static_cast<long long>(epoch), et.wall_s, img_per_s, wait_pct, compute_s, et.copy_s,
+      static_cast<long long>(std::max<int64_t>(et.drained_steps, 0)), static_cast<long long>(steps),
+      static_cast<long long>(et.steps),
       static_cast<long long>(train_loader_->bad_samples())));
   run_dir_->scalars(step_, {{"epoch/img_per_s", img_per_s}, {"epoch/data_wait_pct", wait_pct}});
   for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
@@ -746,11 +813,30 @@ void Trainer::save_final_weights() {
 
 // ---- the loop ----
 FitResult Trainer::fit() {
-  run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer());
-  resume_if_asked();
+  try {
+    return fit_epochs();
+  } catch (const std::exception& e) {
+    // main() prints it on the console; train.log gets it too while the run folder is open
+    log::write_file(log::Level::error, str_cat("fatal: ", e.what()));
+    throw;
+  }
+}
+
+FitResult Trainer::fit_epochs() {
+  CheckpointState resumed;
+  const std::string from = find_resume(&resumed);
+  const RunDir::Start start = !from.empty()                        ? RunDir::Start::resume
+                              : cfg_.checkpoint.resume == "auto" ? RunDir::Start::restart
+                                                                 : RunDir::Start::fresh;
+  run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer(), start);
+  if (!from.empty()) {
+    restore_state(resumed);
+    log::info("resumed from ", from, " at epoch ", resumed.epoch + 1, ", batch ", resumed.batch, ", step ", step_);
+  }
+  if (start != RunDir::Start::fresh) run_dir_->supersede_after(step_);
   install_stop_handlers();
   const int64_t epochs = cfg_.train.epochs;
-  const int64_t steps_per_epoch = std::max<int64_t>(train_loader_->batches_per_epoch() / cfg_.train.accum_steps, 1);
+  const int64_t steps_per_epoch = steps_in_epoch(train_loader_->batches_per_epoch(), cfg_.train.accum_steps);
   log::info("run folder ", run_dir_->path(), " | model ", cfg_.model.name, " (", model_->parameter_count() / 1e6,
             "M params) on ", ctx_.device.str(), ", ", precision_name(precision_), " | ",
             train_loader_->samples_per_epoch(), " samples/epoch, ", steps_per_epoch, " steps/epoch x ", epochs,
@@ -782,7 +868,7 @@ FitResult Trainer::fit() {
     const double copy_at_epoch = train_loader_->copy_seconds();
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
-    int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0;
+    int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0, steps_epoch = 0;
     double wait_s = 0, wait_since = 0;  // host time blocked on the input pipeline
     double compute_epoch = 0, copy_since = copy_at_epoch;
     Batch batch;
@@ -798,7 +884,9 @@ FitResult Trainer::fit() {
       wait_s += waited;
       wait_since += waited;
       timer.start();
-      const bool stepped = train_step(batch);
+      // the accumulation this micro-batch belongs to: accum_steps, or what is left of the epoch
+      const int64_t left = train_loader_->batches_per_epoch() - (batch_in_epoch - micro_);
+      const bool stepped = train_step(batch, left);
       timer.stop();
       ++batch_in_epoch;
       ++micro_since;
@@ -806,6 +894,7 @@ FitResult Trainer::fit() {
       images_since += batch.labels.size(0);
       images_epoch += batch.labels.size(0);
       if (!stepped) continue;
+      ++steps_epoch;
       if (step_ % cfg_.run.log_interval == 0) {
         check_nonfinite_run();
         const double loss = take_train_loss();  // the one sync per interval: the step events are complete now
@@ -884,7 +973,7 @@ FitResult Trainer::fit() {
     et.data_wait_s = wait_s;
     et.copy_s = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
     et.drained_steps = ctx_.device.is_cuda() ? drained_epoch : -1;
-    report_epoch(epoch, et, compute_epoch, eval_text);
+    report_epoch(epoch, et, steps_epoch, compute_epoch, eval_text);
   }
   bar.done();
   profiler.finish();

@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,8 +76,10 @@ class Trainer {
   ~Trainer();
   FitResult fit();
   EvalResult evaluate();
-  // One micro-batch; every accum_steps-th call ends with an optimizer step. Returns true when it stepped.
-  bool train_step(const Batch& batch);
+  // One micro-batch; the last of each accumulation ends with an optimizer step. Returns true when it stepped.
+  // group_size (read at an accumulation's first micro-batch): its micro-batches, min(accum_steps, what is left
+  // of the epoch); each one's loss is divided by it. 0 = accum_steps.
+  bool train_step(const Batch& batch, int64_t group_size = 0);
   // Device scalar: sum of micro-batch losses since the last take_train_loss(); reading it syncs.
   double take_train_loss();
 
@@ -106,19 +109,23 @@ class Trainer {
     double loss = 0, seconds = 0, wait_s = 0, copy_s = 0, compute_s = 0;  // host wait, copy and GPU time
     double flops_per_image = 0, peak_flops = 0;                             // for MFU (0: unknown)
   };
+  FitResult fit_epochs();  // fit() less its last word on a fatal error
   double report_interval(const IntervalReport& r);  // log line, metrics, scalars; returns this rank's img/s
   std::string evaluate_and_record(int64_t epoch, bool done, int64_t batch_in_epoch, FitResult& res);
-  void report_epoch(int64_t epoch, const EpochTimings& et, double compute_s, const std::string& eval_text);
+  // steps: the epoch's optimizer steps (et.steps counts its micro-batches)
+  void report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps, double compute_s,
+                    const std::string& eval_text);
   void save_final_weights();
   void build_data();
   void build_image_data(const DataDefaults& defaults);
   void save_checkpoint(int64_t epoch, int64_t batch);
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
-  void resume_if_asked();
+  // The checkpoint to resume from, read into *state ("" = none); agreed by all ranks.
+  std::string find_resume(CheckpointState* state);
   void forward_backward(const torch::Tensor& images, const torch::Tensor& targets, bool last_micro);
   void optimizer_step();
   void check_nonfinite_run();  // reads the device counter: call at log points only
-  // Whether to stop for a signal, agreed by all ranks at the same step (a collective on a deterministic step).
+  // Whether to stop for a signal, agreed by all ranks at the same step, within about a second of the signal.
   bool stop_agreed();
 
   Config cfg_;
@@ -139,7 +146,11 @@ class Trainer {
   int64_t step_ = 0;             // optimizer steps taken
   int64_t start_step_ = 0;       // step_ when this process started (after a resume)
   int64_t micro_ = 0;            // micro-batches since the last optimizer step
+  int64_t group_ = 1;            // micro-batches of the current accumulation (accum_steps, fewer at an epoch's end)
   double lr_ = 0;                // lr of the current step
+  int64_t next_stop_check_ = 0;  // data parallel: the step of the next stop agreement (stop_agreed)
+  int64_t stop_checked_steps_ = 0;                         // step_ at the last agreement
+  std::chrono::steady_clock::time_point last_stop_check_;  // and its time
   torch::Tensor loss_sum_;       // device: sum of unscaled micro-batch losses since last read
   torch::Tensor loss_count_;     // device: micro-batches since last read
   torch::Tensor skipped_;        // device: steps skipped for non-finite grads

@@ -109,6 +109,17 @@ void EventWriter::scalars(int64_t step, const std::vector<std::pair<std::string,
   record(e);
 }
 
+void EventWriter::session_start(int64_t step) {
+  // Event.session_log = 7; SessionLog: status = 1 (START = 1)
+  std::string log;
+  key(log, 1, 0);
+  varint(log, 1);
+  std::string e = event_header(step);
+  bytes(e, 7, log);
+  record(e);
+  flush();
+}
+
 void EventWriter::flush() {
   if (f_) std::fflush(f_);
 }

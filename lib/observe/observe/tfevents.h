@@ -23,6 +23,9 @@ class EventWriter {
   const std::string& path() const { return path_; }
   // One event at `step` with one scalar summary value per (tag, value).
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
+  // A SessionLog START event at `step`: TensorBoard drops the run's earlier events at this step and later, as
+  // after a restart from a checkpoint (the resumed run writes them again).
+  void session_start(int64_t step);
   void flush();
 
  private:
