@@ -195,7 +195,55 @@ TEST(DataParallel, DeadRankEndsTheJob) {
   }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
   const std::string log = fs::read_text(dir.file("r0.log"));
-  EXPECT_NE(log.find("rank 0"), std::string::npos) << log;
+  // the failure names this rank and the operation (not only the "rank 0/2 joined" line)
+  const bool named = log.find("rank 0: ") != std::string::npos &&
+                     (log.find("failed (a peer died or timed out)") != std::string::npos ||
+                      log.find("did not finish within") != std::string::npos);
+  EXPECT_TRUE(named) << log;
+}
+
+// Each rank reads checkpoints from its own run folder (here: two folders, as on hosts without a shared
+// filesystem). Rank 0 picks the step; a rank that lacks it stops every rank before anything is written, naming
+// the step and the file; with the same checkpoint on both, both resume from it.
+TEST(DataParallel, RanksResumeFromTheStepRankZeroChooses) {
+  test::TempDir dir;
+  auto both = [&](const std::string& extra, test::CommandResult* r0_out, int* r1_code) {
+    const int port = free_port();
+    const pid_t r1 = spawn(env(1, port) + args(dir.file("r1"), 16) + extra, dir.file("r1.log"));
+    *r0_out = test::run_command(env(0, port) + args(dir.file("r0"), 16) + extra);
+    int status = 0;
+    ::waitpid(r1, &status, 0);
+    *r1_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  test::CommandResult r0;
+  int r1 = 0;
+  both(" --set train.max_steps=4 --set checkpoint.every_steps=2 --set checkpoint.keep_last=5", &r0, &r1);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1, 0) << fs::read_text(dir.file("r1.log"));
+  const std::string c0 = dir.file("r0/default/checkpoints"), c1 = dir.file("r1/default/checkpoints");
+  ASSERT_TRUE(fs::exists(c0 + "/ckpt-0000000004.safetensors")) << r0.output;
+  fs::make_dirs(c1);
+  auto copy = [&](const std::string& name) { fs::write_text_atomic(c1 + "/" + name, fs::read_text(c0 + "/" + name)); };
+  copy("ckpt-0000000002.safetensors");  // rank 1's folder lacks rank 0's newest
+
+  const std::string resume = " --set train.max_steps=6 --set checkpoint.every_steps=2 --set checkpoint.keep_last=5" +
+                             std::string(" --resume auto");
+  both(resume, &r0, &r1);
+  EXPECT_NE(r0.exit_code, 0) << r0.output;
+  EXPECT_NE(r1, 0);
+  const std::string log1 = fs::read_text(dir.file("r1.log"));
+  EXPECT_NE(log1.find("rank 1 cannot resume from step 4, which rank 0 resumes from"), std::string::npos) << log1;
+  EXPECT_NE(log1.find("ckpt-0000000004.safetensors"), std::string::npos) << log1;
+  EXPECT_NE(r0.output.find("1 rank(s) cannot resume from step 4"), std::string::npos) << r0.output;
+  EXPECT_FALSE(fs::exists(c0 + "/ckpt-0000000006.safetensors")) << "a rank trained on";
+
+  copy("ckpt-0000000004.safetensors");
+  both(resume, &r0, &r1);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1, 0) << fs::read_text(dir.file("r1.log"));
+  EXPECT_NE(r0.output.find("resumed from " + c0 + "/ckpt-0000000004.safetensors"), std::string::npos) << r0.output;
+  EXPECT_TRUE(fs::exists(c0 + "/ckpt-0000000006.safetensors"));
+  EXPECT_NE(r0.output.find("weights identical on all 2 ranks after 6 steps"), std::string::npos) << r0.output;
 }
 
 }  // namespace
