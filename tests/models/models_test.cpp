@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/strings.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "models/vit.h"
@@ -292,6 +293,42 @@ TEST(Safetensors, RoundTripKeepsDtypesAndMetadata) {
   ASSERT_EQ(back.tensors.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(back.tensors[i].second, t[i].second));
   EXPECT_EQ(back.metadata.at("k"), "v");
+}
+
+
+// timm's ViT init draws Linear weights and pos_embed from trunc_normal_(std=.02) with absolute bounds +-2: in
+// effect untruncated. Sample std and extremes of ours equal those of a timm model made in Python.
+TEST(Models, VitInitMatchesTimmsDistribution) {
+  test::TempDir dir;
+  const std::string script = dir.file("init.py");
+  test::write_file(script, R"(import timm, torch
+torch.manual_seed(0)
+m = timm.create_model("vit_base_patch16_224", num_classes=10)
+for name in ["pos_embed", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight", "head.weight"]:
+    t = dict(m.named_parameters())[name].detach()
+    print(name, f"{t.std().item():.6f}", f"{(t.abs() > 0.04).float().mean().item():.6f}")
+)");
+  const auto r = test::run_command(test::python() + " " + test::shell_quote(script));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ModelConfig c;
+  c.name = "vit_base_patch16_224";
+  c.num_classes = 10;
+  auto model = create_model(c, 224);
+  auto params = model->named_parameters();
+  for (const auto& line : split(r.output, '\n')) {
+    const auto f = split(line, ' ');
+    if (f.size() != 3) continue;
+    const torch::Tensor t = params[f[0]].detach();
+    const double std = t.std().item<double>(), beyond = (t.abs() > 0.04).to(torch::kFloat).mean().item<double>();
+    // two samples of n values each: 6 standard errors of their difference
+    const double n = static_cast<double>(t.numel()), p = std::stod(f[2]);
+    EXPECT_NEAR(std, std::stod(f[1]), 6 * std::stod(f[1]) / std::sqrt(n)) << f[0];
+    // beyond 2 std: about 4.6% for a normal distribution, none when clamped at +-2 std
+    EXPECT_GT(p, 0.03) << f[0];
+    EXPECT_LT(t.abs().max().item<double>(), 0.2) << f[0] << ": a draw at the bound (10 std)";
+    EXPECT_NEAR(beyond, p, 6 * std::sqrt(2 * p * (1 - p) / n)) << f[0];
+  }
+  EXPECT_NE(r.output.find("blocks.0.attn.qkv.weight"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -29,12 +29,15 @@ void to_channels_last(torch::nn::Module& model) {
     if (b.dim() == 4) b.set_data(b.contiguous(torch::MemoryFormat::ChannelsLast));
 }
 
-void trunc_normal_(torch::Tensor& t, double std) {
-  // inverse-CDF sampling, as torch.nn.init.trunc_normal_ does (no clamping spikes at the bounds)
+void trunc_normal_(torch::Tensor& t, double std, double a, double b) {
+  // inverse-CDF sampling, as torch.nn.init.trunc_normal_ does (no clamping spikes at the bounds), but in float64:
+  // float32's uniform_ returns its lower end -1 about once in 2^24 draws (a few times in ViT-B's 86M weights),
+  // and erfinv(-1) = -inf would become a weight at the bound, here 100 std
   torch::NoGradGuard ng;
-  const double a = -2.0, b = 2.0;
   auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
-  t.uniform_(2 * cdf(a) - 1, 2 * cdf(b) - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a * std, b * std);
+  torch::Tensor u = torch::empty(t.sizes(), t.options().dtype(torch::kFloat64));
+  u.uniform_(2 * cdf(a / std) - 1, 2 * cdf(b / std) - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
+  t.copy_(u);
 }
 
 }  // namespace trainer

@@ -50,7 +50,8 @@ using Classifier = std::shared_ptr<ClassifierImpl>;
 torch::Tensor drop_path(const torch::Tensor& x, double p, bool training);
 // Converts every 4-D parameter and buffer to channels_last (NHWC) in place; Module::to has no memory format.
 void to_channels_last(torch::nn::Module& model);
-// In-place normal(0, std) truncated to [-2 std, 2 std] (timm's trunc_normal_ as used for ViT init).
-void trunc_normal_(torch::Tensor& t, double std);
+// In-place normal(0, std) truncated to [a, b], absolute bounds as in timm's and torch's trunc_normal_: with ViT's
+// std .02 the default +-2 lie at 100 std, so the draws are effectively untruncated (timm's init).
+void trunc_normal_(torch::Tensor& t, double std, double a = -2.0, double b = 2.0);
 
 }  // namespace trainer
