@@ -157,8 +157,11 @@ int run(int argc, char** argv) {
     load_weights(*t.model(), cl.weights, LoadMode::strict);
     const EvalResult e = t.evaluate();
     TRAINER_CHECK(e.samples > 0, "nothing to evaluate: data.eval_split is empty");
-    std::cout << strprintf("eval %s: top1 %.2f%% top5 %.2f%% loss %.4f on %lld images\n", cl.weights.c_str(), e.top1,
-                           e.top5, e.loss, static_cast<long long>(e.samples));
+    std::cout << strprintf("eval %s: top1 %.2f%% top5 %.2f%% loss %.4f on %lld images", cl.weights.c_str(), e.top1,
+                           e.top5, e.loss, static_cast<long long>(e.samples))
+              << (e.bad_samples > 0 ? strprintf(" (%lld unreadable files left out)", static_cast<long long>(e.bad_samples))
+                                    : std::string())
+              << "\n";
     return 0;
   }
   Trainer t(cfg, ctx);

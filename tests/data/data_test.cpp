@@ -967,9 +967,38 @@ TEST(Augment, ErasingFillsOnlyTheBox) {
   outside.index_put_({Slice(), Slice(2, 6), Slice(3, 8)}, before[0].index({Slice(), Slice(2, 6), Slice(3, 8)}));
   EXPECT_TRUE(torch::equal(outside, before[0]));
   EXPECT_TRUE(torch::equal(x[1], before[1])) << "h == 0 leaves the sample alone";
-  erase_(x, boxes, /*pixel=*/true);
+  erase_(x, boxes, /*pixel=*/true, /*noise_seed=*/11);
   const auto noise = x[0].index({Slice(), Slice(2, 6), Slice(3, 8)});
   EXPECT_GT(noise.std().item<double>(), 0.5);
+}
+
+// erase_mode pixel: the noise comes from a generator of its own (seed, epoch, batch), so a loader thread and the
+// training thread never race for the global generator: the same batch gets the same noise whatever was drawn
+// globally meanwhile, the global generator is left as it was, and another batch gets other noise.
+TEST(Augment, PixelErasingNoiseIsItsOwnAndReproducible) {
+  AugmentOptions o;
+  o.erase_prob = 1.0;
+  o.erase_pixel = true;
+  const BatchAugmenter aug(o, /*seed=*/5);
+  const auto mean = torch::zeros({1, 3, 1, 1}), inv_std = torch::ones({1, 3, 1, 1});
+  auto run = [&](const std::vector<int64_t>& indices, uint64_t global_seed) {
+    torch::manual_seed(global_seed);
+    auto x = torch::full({2, 3, 32, 32}, 100.0f);
+    aug.normalize_(x, indices, /*epoch=*/1, /*train=*/true, mean, inv_std);
+    return x;
+  };
+  const auto a = run({3, 8}, 1);
+  torch::manual_seed(77);
+  const auto before = torch::rand({4});
+  const auto b = run({3, 8}, 2);
+  torch::manual_seed(77);
+  auto c = torch::full({2, 3, 32, 32}, 100.0f);
+  aug.normalize_(c, {3, 8}, 1, true, mean, inv_std);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), before)) << "erasing drew from the global generator";
+  EXPECT_TRUE(torch::equal(a, b)) << "the same batch got other noise";
+  EXPECT_LT(a.lt(50).to(torch::kFloat).mean().item<double>(), 0.9);  // some pixels were erased with noise
+  EXPECT_GT(a.lt(50).to(torch::kFloat).mean().item<double>(), 0.0);
+  EXPECT_FALSE(torch::equal(a, run({4, 9}, 1))) << "another batch got the same noise";
 }
 
 // ---- packed shards ----

@@ -249,6 +249,36 @@ TEST(Engine, ShortLastAccumulationStepsLikeItsBatch) {
   EXPECT_TRUE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}));
 }
 
+// Drop-path masks come from (run.seed, rank, micro-batch): two ranks with the same weights and batch take other
+// steps, the same rank takes the same step again whatever the global generator held before.
+TEST(Engine, ModelNoiseDiffersPerRankAndRepeats) {
+  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
+  c.optim.name = "sgd";
+  c.optim.lr = 0.5;
+  c.model.drop_path_rate = 0.5;
+  torch::manual_seed(8);
+  auto x = torch::randn({8, 1, 32, 32});
+  auto y = torch::randint(10, {8});
+  auto step_on_rank = [&](int rank, const Trainer& like, uint64_t global_seed) {
+    RunContext ctx{torch::kCPU};
+    ctx.rank = rank;
+    ctx.world_size = 2;
+    auto t = std::make_unique<Trainer>(c, ctx, false);
+    load_state_dict(*t->model(), state_dict(*like.model()), LoadMode::strict, "copy");
+    torch::manual_seed(global_seed);
+    t->train_step(Batch{x, y, {}});
+    return state_dict(*t->model());
+  };
+  Trainer base(c, RunContext{torch::kCPU}, false);
+  const auto r0 = step_on_rank(0, base, 1), r0_again = step_on_rank(0, base, 2), r1 = step_on_rank(1, base, 1);
+  bool ranks_differ = false;
+  for (size_t i = 0; i < r0.size(); ++i) {
+    EXPECT_TRUE(torch::equal(r0[i].second, r0_again[i].second)) << r0[i].first;
+    ranks_differ = ranks_differ || !torch::equal(r0[i].second, r1[i].second);
+  }
+  EXPECT_TRUE(ranks_differ) << "ranks 0 and 1 drew the same drop-path masks";
+}
+
 class NonFinite : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Optimizers, NonFinite, ::testing::Values("sgd", "adamw", "lamb"));
 
@@ -276,6 +306,31 @@ TEST_P(NonFinite, GradientSkipsStep) {
   ASSERT_EQ(state_after.size(), state_before.size());
   for (size_t i = 0; i < state_after.size(); ++i)
     EXPECT_TRUE(torch::equal(state_after[i].second, state_copies[i])) << state_after[i].first << " changed on a NaN step";
+}
+
+// A first step skipped for a non-finite gradient leaves no trace: then a good step gives what the good step alone
+// gives from the same start (for SGD the momentum must start at zero, not uninitialised; AdamW and LAMB must not
+// count the skipped step).
+TEST_P(NonFinite, SkippedFirstStepLeavesNoTrace) {
+  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
+  c.optim.name = GetParam();
+  c.optim.lr = 0.01;
+  Trainer skipped(c, RunContext{torch::kCPU}, false), clean(c, RunContext{torch::kCPU}, false);
+  load_state_dict(*clean.model(), state_dict(*skipped.model()), LoadMode::strict, "copy");
+  for (int i = 0; i < 64; ++i) torch::full({192}, 1e30f);  // junk in freed memory, as a long run leaves
+  torch::manual_seed(4);
+  auto x = torch::randn({4, 1, 32, 32}), y = torch::randint(10, {4});
+  auto bad = x.clone();
+  bad[0][0][0][0] = std::numeric_limits<float>::infinity();
+  skipped.train_step(Batch{bad, y, {}});
+  EXPECT_EQ(skipped.scaler().found_inf().item<double>(), 1.0);
+  for (int k = 0; k < 2; ++k) {  // two good steps: the second reads the state the first wrote
+    skipped.train_step(Batch{x, y, {}});
+    clean.train_step(Batch{x, y, {}});
+  }
+  auto ref = clean.model()->named_parameters();
+  for (auto& kv : skipped.model()->named_parameters())
+    EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-6) << kv.key();
 }
 
 TEST(Engine, DivergedRunStopsAndKeepsItsLastCheckpoint) {
@@ -361,9 +416,17 @@ TEST(Mix, MixedBatchTrainsWithSoftTargets) {
   c.train.label_smoothing = 0.1;
   Trainer t(c, RunContext{torch::kCPU}, false);
   torch::manual_seed(3);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(t.train_step(Batch{torch::randn({8, 1, 32, 32}), torch::randint(10, {8}), {}}));
-  const double loss = t.take_train_loss();
-  EXPECT_TRUE(std::isfinite(loss) && loss > 0.5) << loss;
+  // the same batch again and again (mixed anew at each step): the soft-target loss falls
+  const Batch b{torch::randn({8, 1, 32, 32}), torch::randint(10, {8}), {}};
+  ASSERT_TRUE(t.train_step(b));
+  const double first = t.take_train_loss();
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(t.train_step(b));
+  t.take_train_loss();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t.train_step(b));
+  const double last = t.take_train_loss();
+  EXPECT_TRUE(std::isfinite(first) && std::isfinite(last)) << first << " " << last;
+  EXPECT_GT(first, 1.5) << "10 classes start near ln 10";
+  EXPECT_LT(last, 0.8 * first) << "first " << first << ", last " << last;
 }
 
 TEST(Schedule, LinearScalingRule) {
@@ -400,6 +463,36 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
   EXPECT_NE(dynamic_cast<ImageLoader*>(l.get()), nullptr);
   EXPECT_NE(why.find("cpu (no GPU)"), std::string::npos) << why;
   EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
+}
+
+// A bad file in the eval split is left out, not replaced by another sample: each readable image counts once and
+// the unreadable one is reported.
+TEST(Evaluation, BadFilesAreLeftOutAndCounted) {
+  test::TempDir dir;
+  RgbImage img;
+  img.width = 40;
+  img.height = 30;
+  img.pixels.assign(40 * 30 * 3, 90);
+  std::vector<uint8_t> jpg;
+  encode_jpeg(img, 90, jpg, "test");
+  for (const char* split : {"train", "val"})
+    for (const char* cls : {"a", "b"}) {
+      fs::make_dirs(dir.file(std::string(split) + "/" + cls));
+      for (int i = 0; i < 5; ++i)
+        test::write_file(dir.file(str_cat(split, "/", cls, "/", i, ".jpg")), std::string(jpg.begin(), jpg.end()));
+    }
+  test::write_file(dir.file("val/b/3.jpg"), std::string(jpg.begin(), jpg.begin() + 200));  // truncated
+  Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.num_classes=2", "model.in_chans=3",
+                                    "data.source=image_folder", "data.root=" + dir.path(), "data.image_size=32",
+                                    "data.batch_size=4", "data.workers=1", "data.eval_split=val",
+                                    "data.train_split=train", "data.train_crop=rrc"});
+  Trainer t(c, RunContext{torch::kCPU});
+  const EvalResult e = t.evaluate();
+  EXPECT_EQ(e.samples, 9);
+  EXPECT_EQ(e.bad_samples, 1);
+  const EvalResult again = t.evaluate();  // the same on every pass, not only the first
+  EXPECT_EQ(again.samples, 9);
+  EXPECT_EQ(again.bad_samples, 1);
 }
 
 // bench-data's warm-up and timed batches run on across epochs (a set of a few batches is timed for many epochs,

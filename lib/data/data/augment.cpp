@@ -2,6 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+#ifdef TRAINER_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
 #include <cmath>
 
 #include "core/check.h"
@@ -144,14 +149,32 @@ void color_jitter_(torch::Tensor& x, const torch::Tensor& factors, const torch::
     }
 }
 
-void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel) {
+namespace {
+// A generator of its own for x's device, seeded: the noise depends on the seed alone, never on what other threads
+// (the training step's dropout, another loader thread) drew from the global generators meanwhile.
+at::Generator noise_generator(torch::Device device, uint64_t seed) {
+#ifdef TRAINER_WITH_CUDA
+  if (device.is_cuda()) {
+    at::Generator g = at::cuda::detail::createCUDAGenerator(device.index());
+    g.set_current_seed(seed);
+    return g;
+  }
+#endif
+  return at::detail::createCPUGenerator(seed);
+}
+}  // namespace
+
+void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel, uint64_t noise_seed) {
   torch::NoGradGuard ng;
   const int64_t B = x.size(0), H = x.size(2), W = x.size(3);
   auto b = boxes.view({B, 4, 1, 1});
   auto ys = torch::arange(H, boxes.options()).view({1, H, 1}), xs = torch::arange(W, boxes.options()).view({1, 1, W});
   auto y0 = b.select(1, 0), x0 = b.select(1, 1), h = b.select(1, 2), w = b.select(1, 3);  // (B,1,1)
   auto mask = ((ys >= y0) & (ys < y0 + h) & (xs >= x0) & (xs < x0 + w)).unsqueeze(1);  // (B,1,H,W)
-  if (pixel) x.copy_(torch::where(mask, torch::randn_like(x), x));
+  if (pixel) {
+    at::Generator gen = noise_generator(x.device(), noise_seed);
+    x.copy_(torch::where(mask, at::randn(x.sizes(), gen, x.options()), x));
+  }
   else x.masked_fill_(mask, 0.0);
 }
 
@@ -170,6 +193,8 @@ BatchAugmenter::Draws BatchAugmenter::draw(const std::vector<int64_t>& indices, 
   }
   auto dev = upload(host, device);
   Draws d;
+  d.noise_seed = mix_seed(mix_seed(seed_ ^ 0x6e6f697365ull, static_cast<uint64_t>(epoch) + 1),
+                          B > 0 ? static_cast<uint64_t>(indices[0]) + 1 : 0);  // the batch's first sample
   d.factors = dev.narrow(1, 0, 4).to(torch::kFloat32);
   d.order = host.narrow(1, 4, 4).to(torch::kInt64);  // on the host: it groups the samples (color_jitter_)
   d.boxes = dev.narrow(1, 8, 4).to(torch::kInt64);
@@ -208,7 +233,7 @@ void BatchAugmenter::normalize_(torch::Tensor& x, const std::vector<int64_t>& in
 }
 
 void BatchAugmenter::erase_(torch::Tensor& x, const Draws& d) const {
-  if (opt_.erase_on()) trainer::erase_(x, d.boxes, opt_.erase_pixel);
+  if (opt_.erase_on()) trainer::erase_(x, d.boxes, opt_.erase_pixel, d.noise_seed);
 }
 
 }  // namespace trainer

@@ -41,8 +41,9 @@ SampleAugment draw_augment(const AugmentOptions& o, uint64_t seed, int64_t epoch
 // skipped, no device work). Each operation runs once per pass on the samples that take it then.
 void color_jitter_(torch::Tensor& x, const torch::Tensor& factors, const torch::Tensor& order,
                    const std::array<bool, 4>& ops = {true, true, true, true});
-// x: (B, C, H, W); boxes (B, 4) int64 (y, x, h, w), h == 0 leaves the sample alone.
-void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel);
+// x: (B, C, H, W); boxes (B, 4) int64 (y, x, h, w), h == 0 leaves the sample alone. pixel: normal noise from a
+// generator of its own seeded with noise_seed (the global generators are not touched), else zeros.
+void erase_(torch::Tensor& x, const torch::Tensor& boxes, bool pixel, uint64_t noise_seed = 0);
 
 // The loaders' use: draws for a batch (one small host-to-device copy), then jitter before normalisation and
 // erasing after it.
@@ -53,6 +54,7 @@ class BatchAugmenter {
   struct Draws {
     torch::Tensor factors, boxes;  // on the device
     torch::Tensor order;           // on the host
+    uint64_t noise_seed = 0;       // erase_mode pixel: from (seed, epoch, the batch's first sample)
   };
   Draws draw(const std::vector<int64_t>& indices, int64_t epoch, int64_t H, int64_t W, torch::Device device) const;
   // x (B,C,H,W) floats on the 0..255 scale: RandAugment / TrivialAugmentWide with uint8 semantics (x is rounded

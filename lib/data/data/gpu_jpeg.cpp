@@ -683,8 +683,10 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
         frame[static_cast<size_t>(i)] = Rect{0, 0, static_cast<int>(t.size(1)), static_cast<int>(t.size(0))};
       }
     }
-    // a sample that failed everywhere takes the place (and label) of the next good one in the batch
+    // a sample that failed everywhere takes the place (and label) of the next good one in the batch; in evaluation
+    // its place is marked left out (index and label -1) once the crop windows are drawn
     std::vector<int64_t> label(static_cast<size_t>(B));
+    std::vector<char> left_out(static_cast<size_t>(B), 0);
     for (int64_t i = 0; i < B; ++i) {
       int64_t src = i;
       for (int64_t k = 0; k < B && !img[static_cast<size_t>(src)].defined(); ++k) src = (i + k + 1) % B;
@@ -693,9 +695,11 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
         img[static_cast<size_t>(i)] = img[static_cast<size_t>(src)];
         frame[static_cast<size_t>(i)] = frame[static_cast<size_t>(src)];
         out.indices[static_cast<size_t>(i)] = out.indices[static_cast<size_t>(src)];
+        left_out[static_cast<size_t>(i)] = !opt_.train;
         ++replaced;
       }
-      label[static_cast<size_t>(i)] = samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].label;
+      label[static_cast<size_t>(i)] =
+          left_out[static_cast<size_t>(i)] ? -1 : samples_[static_cast<size_t>(out.indices[static_cast<size_t>(i)])].label;
     }
     decoded->record(side);
     const auto t_augment = clock::now();
@@ -711,6 +715,8 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
       windows[static_cast<size_t>(i)] = w;
       flips[static_cast<size_t>(i)] = flip ? 1 : 0;
     }
+    for (int64_t i = 0; i < B; ++i)
+      if (left_out[static_cast<size_t>(i)]) out.indices[static_cast<size_t>(i)] = -1;
     const BatchAugmenter augmenter(opt_.augment, opt_.seed);
     const bool plain = !(opt_.train && augmenter.enabled());  // nothing between the resize and the normalisation
     const bool fused = plain && gpu_crop_resize_kernel_available();

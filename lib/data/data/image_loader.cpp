@@ -1,5 +1,7 @@
 #include "data/image_loader.h"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -246,7 +248,8 @@ void ImageLoader::process(int64_t task, int64_t epoch, const std::vector<int64_t
   int64_t index = order[static_cast<size_t>(task)];
   const int64_t S = opt_.image_size;
   uint8_t* dst = slot.images.data_ptr<uint8_t>() + pos * S * S * 3;
-  // a bad file is reported once, counted, and replaced by a deterministic other sample
+  // a bad file is reported once and counted; in training it is replaced by a deterministic other sample, in
+  // evaluation it is left out (index and label -1, zero pixels), so no sample counts twice
   for (int attempt = 0;; ++attempt) {
     try {
       decode_sample(index, epoch, dst, file, img, jpeg);
@@ -258,6 +261,13 @@ void ImageLoader::process(int64_t task, int64_t epoch, const std::vector<int64_t
           bad_.fetch_add(1);
           log::warn("skipping a bad sample: ", e.what());
         }
+      }
+      if (!opt_.train) {
+        std::memset(dst, 0, static_cast<size_t>(S * S * 3));
+        slot.labels.data_ptr<int64_t>()[pos] = -1;
+        slot.indices[static_cast<size_t>(pos)] = -1;
+        done_samples_.fetch_add(1);
+        return;
       }
       TRAINER_CHECK(attempt < 16, "16 bad samples in a row, the last: ", e.what());
       index = static_cast<int64_t>(mix_seed(static_cast<uint64_t>(index), attempt + 1) % samples_.size());

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/random.h"
 #include "core/signals.h"
 #include "core/log.h"
 #include "data/idx.h"
@@ -334,6 +335,7 @@ bool Trainer::train_step(const Batch& batch, int64_t group_size) {
     lr_ = schedule_->lr_at(step_);
     if (lr_device_.defined()) lr_device_.fill_(lr_);  // what the kernels (and a captured graph) read
   }
+  seed_model_noise(static_cast<uint64_t>(step_ * k + micro_));
   if (mixer_->enabled()) {  // MixUp/CutMix: soft targets; parameters from (seed, micro-batch number)
     const MixParams p = mixer_->draw(static_cast<uint64_t>(step_ * k + micro_), images.size(2), images.size(3));
     std::tie(images, targets) = mix_batch(images, targets, cfg_.model.num_classes, p);
@@ -362,6 +364,25 @@ bool Trainer::train_step(const Batch& batch, int64_t group_size) {
   optimizer_step();
   ++step_;
   return true;
+}
+
+// Dropout and drop-path draw from the global generators, reseeded before every micro-batch from (run.seed, rank,
+// micro-batch number): every rank draws its own masks (as timm's seed + rank), a run repeats itself, and a resumed
+// run draws what the uninterrupted one drew, on every rank, without any generator state in the checkpoint.
+void Trainer::seed_model_noise(uint64_t micro_batch) {
+  const uint64_t s = mix_seed(mix_seed(cfg_.run.seed, static_cast<uint64_t>(ctx_.rank) + 1), micro_batch + 1) >> 1;
+  {
+    at::Generator g = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(s);
+  }
+#ifdef TRAINER_WITH_CUDA
+  if (ctx_.device.is_cuda()) {
+    at::Generator g = at::cuda::detail::getDefaultCUDAGenerator(ctx_.device.index());
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(s);  // a captured step reads the seed at each replay
+  }
+#endif
 }
 
 // Forward under autocast (cross-entropy runs in fp32 by autocast's policy; hard labels or soft targets), then
@@ -450,11 +471,22 @@ EvalResult Trainer::evaluate() {
   model_->eval();
   auto f = torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device);
   auto loss_sum = torch::zeros({}, f), top1 = torch::zeros({}, f), top5 = torch::zeros({}, f);
-  int64_t n = 0;
+  int64_t n = 0, left_out = 0;
   eval_loader_->set_epoch(0);
   Batch b;
   while (eval_loader_->next(b)) {
     torch::Tensor images = b.images.to(ctx_.device, true), labels = b.labels.to(ctx_.device, true);
+    // bad files come marked (index -1), not replaced: every readable image counts once
+    std::vector<int64_t> good;
+    for (size_t i = 0; i < b.indices.size(); ++i)
+      if (b.indices[i] >= 0) good.push_back(static_cast<int64_t>(i));
+    if (good.size() < b.indices.size()) {
+      left_out += static_cast<int64_t>(b.indices.size() - good.size());
+      if (good.empty()) continue;
+      const torch::Tensor keep = torch::tensor(good, torch::kInt64).to(ctx_.device);
+      images = images.index_select(0, keep);
+      labels = labels.index_select(0, keep);
+    }
     torch::Tensor logits;
     {
       AutocastGuard autocast(ctx_.device, precision_);
@@ -472,11 +504,13 @@ EvalResult Trainer::evaluate() {
   }
   model_->train();
   // exact over ranks: sums of losses, hits and counts, never averages of percentages
-  auto sums = torch::stack({loss_sum, top1, top5, torch::full({}, static_cast<double>(n), f)});
+  auto sums = torch::stack({loss_sum, top1, top5, torch::full({}, static_cast<double>(n), f),
+                            torch::full({}, static_cast<double>(left_out), f)});
   if (ctx_.dist) ctx_.dist->all_reduce_sum(sums);
   sums = sums.cpu();
   const double total = sums[3].item<double>();
   r.samples = static_cast<int64_t>(total);
+  r.bad_samples = static_cast<int64_t>(sums[4].item<double>());
   if (total > 0) {
     r.loss = sums[0].item<double>() / total;
     r.top1 = 100.0 * sums[1].item<double>() / total;
@@ -759,10 +793,16 @@ std::string Trainer::evaluate_and_record(int64_t epoch, bool done, int64_t batch
   res.eval = evaluate();
   if (res.eval.samples == 0) return eval_text;
   eval_text = strprintf(" | eval loss %.4f top1 %.2f%% top5 %.2f%%", res.eval.loss, res.eval.top1, res.eval.top5);
+  if (res.eval.bad_samples > 0) {
+    eval_text += strprintf(" (%lld unreadable left out)", static_cast<long long>(res.eval.bad_samples));
+    log::warn("evaluation left out ", res.eval.bad_samples, " unreadable file(s) (see the warnings above); its ",
+              "figures are over the other ", res.eval.samples);
+  }
   run_dir_->append_metrics(strprintf(
-      R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
+      R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld,)"
+      R"("bad_samples":%lld})",
       static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1, res.eval.top5,
-      static_cast<long long>(res.eval.samples)));
+      static_cast<long long>(res.eval.samples), static_cast<long long>(res.eval.bad_samples)));
   run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
   if (!ema_.empty()) {
     const EvalResult e = evaluate_ema();

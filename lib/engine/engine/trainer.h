@@ -57,7 +57,8 @@ ImageList image_split(const DataConfig& d, const std::string& split);
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
-  int64_t samples = 0;
+  int64_t samples = 0;                   // images evaluated
+  int64_t bad_samples = 0;               // unreadable files left out (not counted in samples)
 };
 
 struct FitResult {
@@ -122,6 +123,7 @@ class Trainer {
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
   // The checkpoint to resume from, read into *state ("" = none); agreed by all ranks.
   std::string find_resume(CheckpointState* state);
+  void seed_model_noise(uint64_t micro_batch);
   void forward_backward(const torch::Tensor& images, const torch::Tensor& targets, bool last_micro);
   void optimizer_step();
   void check_nonfinite_run();  // reads the device counter: call at log points only
