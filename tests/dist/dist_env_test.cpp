@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "dist/env.h"
+#include "dist/process_group.h"
 
 namespace trainer {
 namespace {
@@ -31,6 +32,18 @@ TEST(DistEnv, LaunchersTable) {
       {"torchrun with its agent's store",
        {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29401"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}},
        {"torchrun", 1, 2, 1, 2, "127.0.0.1", 29401, true}},
+      {"torchrun, restarted twice",
+       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+        {"TORCHELASTIC_RESTART_COUNT", "2"}},
+       {"torchrun", 1, 2, 1, 2, "127.0.0.1", 29500, true, 2}},
+      {"slurm without --ntasks-per-node: this node's entry of the step's counts",
+       {{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+        {"SLURM_STEP_TASKS_PER_NODE", "4(x2),3"}, {"SLURM_TASKS_PER_NODE", "8(x2)"}, {"MASTER_ADDR", "h"}},
+       {"slurm", 9, 11, 1, 3, "h", 29500}},
+      {"slurm with the job's counts only",
+       {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"},
+        {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "h"}},
+       {"slurm", 5, 8, 1, 4, "h", 29500}},
       {"torchrun wins over slurm",
        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}},
        {"torchrun", 0, 2, 0, 2, "127.0.0.1", 29500}},
@@ -46,6 +59,7 @@ TEST(DistEnv, LaunchersTable) {
     EXPECT_EQ(d.master_addr, c.want.master_addr);
     EXPECT_EQ(d.master_port, c.want.master_port);
     EXPECT_EQ(d.agent_store, c.want.agent_store);
+    EXPECT_EQ(d.restart_count, c.want.restart_count);
   }
 }
 
@@ -53,6 +67,29 @@ TEST(DistEnv, BadValuesAreConfigErrors) {
   EXPECT_THROW(parse_dist_env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), ConfigError);
   EXPECT_THROW(parse_dist_env({{"RANK", "x"}, {"WORLD_SIZE", "4"}}), ConfigError);
   EXPECT_THROW(parse_dist_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}), ConfigError);
+  EXPECT_THROW(parse_dist_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_TASKS_PER_NODE", "2(y2)"}}),
+               ConfigError);
+  EXPECT_THROW(parse_dist_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "3"},
+                               {"SLURM_TASKS_PER_NODE", "1(x2)"}}),
+               ConfigError);
+}
+
+// torchrun's agent keeps its store across restarts: each attempt's keys (Gloo addresses, NCCL ids) live under a
+// prefix of their own, so a restarted rank never reads the failed attempt's.
+TEST(DistEnv, EachTorchrunAttemptHasItsOwnStoreKeys) {
+  DistEnv a, b;
+  b.restart_count = 1;
+  EXPECT_EQ(store_prefix(a), "trainer/attempt_0");
+  EXPECT_EQ(store_prefix(b), "trainer/attempt_1");
+}
+
+TEST(DistEnv, SlurmTasksPerNode) {
+  EXPECT_EQ(slurm_tasks_per_node("4(x2),3"), (std::vector<int>{4, 4, 3}));
+  EXPECT_EQ(slurm_tasks_per_node("8"), (std::vector<int>{8}));
+  EXPECT_EQ(slurm_tasks_per_node("2,1(x3)"), (std::vector<int>{2, 1, 1, 1}));
+  EXPECT_THROW(slurm_tasks_per_node("4(x)"), ConfigError);
+  EXPECT_THROW(slurm_tasks_per_node("0"), ConfigError);
+  EXPECT_THROW(slurm_tasks_per_node("a"), ConfigError);
 }
 
 TEST(DistEnv, SlurmNodelists) {

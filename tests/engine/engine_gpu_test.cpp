@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <c10/cuda/CUDAFunctions.h>
+
 #include "core/fs.h"
 #include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
@@ -13,6 +15,7 @@
 #include "data/memory_loader.h"
 #include "test_support/test_support.h"
 #include "engine/trainer.h"
+#include "models/batchnorm.h"
 #include "models/registry.h"
 #include "models/weights.h"
 #include "runtime/env.h"
@@ -190,6 +193,33 @@ TEST(Gpu, CudaGraphCapturesWhileALoaderWorks) {
     }
     EXPECT_TRUE(t.step_graph_active()) << (gpu_decode ? "GPU" : "CPU") << " decode";
   }
+}
+
+// SyncBatchNorm's training forward and backward never wait on the GPU from the host (it read the count with
+// .item() in every layer: about 53 syncs a ResNet-50 step). CUDA's sync debug mode turns any sync into an error.
+TEST(Gpu, SyncBatchNormNeverSyncsTheHost) {
+  REQUIRE_GPU();
+  const torch::Device dev(torch::kCUDA, 0);
+  SyncableBatchNorm2d bn(16);
+  bn->to(dev);
+  int calls = 0;
+  enable_sync_batchnorm(*bn, [&calls](torch::Tensor&) { ++calls; });  // one rank: the sum is the tensor itself
+  auto x = torch::randn({8, 16, 12, 12}, torch::TensorOptions().device(dev)).requires_grad_(true);
+  torch::cuda::synchronize();
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  try {
+    torch::Tensor y = bn->forward(x);
+    y.square().sum().backward();
+  } catch (const std::exception& e) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    FAIL() << "a host sync: " << e.what();
+  }
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  EXPECT_EQ(calls, 2);  // statistics forward, their gradient backward
+  // the running variance is the unbiased one over the whole batch, as torch's
+  const auto xf = x.detach().cpu();
+  const auto var = xf.transpose(0, 1).reshape({16, -1}).var(1, /*unbiased=*/true);
+  EXPECT_TRUE(torch::allclose(bn->running_var.cpu(), 0.9 + 0.1 * var, 1e-4, 1e-5));
 }
 
 TEST(Gpu, Fp16StepsWithScaler) {

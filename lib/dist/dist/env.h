@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 namespace trainer {
 
@@ -17,11 +18,14 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool agent_store = false;  // torchrun hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE): every rank is a client
+  int restart_count = 0;      // torchrun's TORCHELASTIC_RESTART_COUNT: the attempt, which keys the store's entries
 };
 
 // Throws ConfigError on inconsistent values (rank >= world size, non-numbers).
 DistEnv parse_dist_env(const std::map<std::string, std::string>& env);
 std::map<std::string, std::string> process_env();
+// Slurm's SLURM_TASKS_PER_NODE form, one count per node: "4(x2),3" -> {4, 4, 3}. Throws ConfigError.
+std::vector<int> slurm_tasks_per_node(const std::string& value);
 // "node[03-05,9],other" -> "node03"; "a,b" -> "a".
 std::string first_slurm_host(const std::string& nodelist);
 

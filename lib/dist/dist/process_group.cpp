@@ -43,6 +43,8 @@ void wait(const c10::intrusive_ptr<c10d::Work>& w, const char* op, int rank, std
 }
 }  // namespace
 
+std::string store_prefix(const DistEnv& env) { return str_cat("trainer/attempt_", env.restart_count); }
+
 DistContext::DistContext(const DistEnv& env, torch::Device device, std::chrono::milliseconds timeout)
     : env_(env), impl_(std::make_unique<Impl>()) {
   impl_->timeout = timeout;
@@ -52,9 +54,10 @@ DistContext::DistContext(const DistEnv& env, torch::Device device, std::chrono::
   so.numWorkers = env.world_size;
   so.timeout = timeout;
   try {
-    // our keys under a prefix: a torchrun agent's store holds its own
+    // our keys under a prefix: a torchrun agent's store holds its own, and outlives an attempt that failed, so
+    // the prefix names the attempt (as torch's env:// rendezvous does): a restart never reads the last one's ids
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(
-        "trainer", c10::make_intrusive<c10d::TCPStore>(env.master_addr, so));
+        store_prefix(env), c10::make_intrusive<c10d::TCPStore>(env.master_addr, so));
   } catch (const std::exception& e) {
     TRAINER_FAIL("rank ", env.rank, ": rendezvous at ", env.master_addr, ":", env.master_port, " failed: ", e.what());
   }

@@ -15,6 +15,9 @@
 
 namespace trainer {
 
+// The prefix of this job's keys in the rendezvous store: one per torchrun attempt.
+std::string store_prefix(const DistEnv& env);
+
 class DistContext {
  public:
   // Connects to the store at env.master_addr:port (rank 0 hosts it) and builds the process group for `device`.

@@ -40,9 +40,10 @@ torch::Tensor SyncableBatchNorm2dImpl::forward(const torch::Tensor& x) {
   {
     torch::NoGradGuard ng;
     const double m = options.momentum().value_or(0.1);
-    const double count = n.item<double>();
+    // the unbiased variance for the running estimate, n / (n - 1) on the device: no host sync per layer
+    const torch::Tensor count = n.detach();
     running_mean.mul_(1 - m).add_(mean.detach(), m);
-    running_var.mul_(1 - m).add_(var.detach() * (count / std::max(count - 1, 1.0)), m);
+    running_var.mul_(1 - m).add_(var.detach() * (count / (count - 1).clamp_min(1.0)), m);
     num_batches_tracked.add_(1);
   }
   torch::Tensor scale = torch::rsqrt(var + options.eps());
