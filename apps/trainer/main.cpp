@@ -75,6 +75,22 @@ int run_pack(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Every file argument exists and is a file, before anything is built or written (exit 2 otherwise).
+void check_input_files(const trainer::CommandLine& cl, const trainer::Config& cfg) {
+  using namespace trainer;
+  auto check = [](const std::string& path, const std::string& what, const std::string& expected) {
+    if (path.empty()) return;
+    if (fs::is_dir(path)) throw ConfigError(str_cat(what, " ", path, ": is a folder; expected ", expected));
+    if (!fs::exists(path)) throw ConfigError(str_cat(what, " ", path, ": no such file; expected ", expected));
+  };
+  check(cl.weights, "--weights", "a safetensors file");
+  check(cl.command == "export" ? cl.checkpoint : std::string(), "--checkpoint", "a checkpoint file");
+  check(cfg.model.pretrained, "key 'model.pretrained':", "a safetensors file");
+  if (cfg.checkpoint.resume != "auto")
+    check(cfg.checkpoint.resume, "--resume (checkpoint.resume)",
+          "a checkpoint file, or auto for the newest one in the run folder");
+}
+
 int run(int argc, char** argv) {
   using namespace trainer;
   if (argc > 1 && std::string(argv[1]) == "launch") {
@@ -106,6 +122,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (cl.command == "eval" && cl.weights.empty()) throw ConfigError("eval needs --weights FILE");
+  check_input_files(cl, cfg);
   if (cl.command == "export") {
     if (cl.checkpoint.empty() || cl.out.empty()) throw ConfigError("export needs --checkpoint FILE and --out FILE");
     const CheckpointState s = read_checkpoint(cl.checkpoint);

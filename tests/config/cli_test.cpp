@@ -3,6 +3,7 @@
 
 #include "config/cli.h"
 #include "core/check.h"
+#include "core/fs.h"
 #include "test_support/test_support.h"
 
 namespace trainer {
@@ -54,6 +55,8 @@ TEST(Binary, BadConfigsExitTwoAndWriteNothing) {
       {"optim:\n  lr: 0\n", "'optim.lr'"},
       {"train:\n  precision: fp4\n", "one of: bf16, fp16, fp32"},
       {"a: [\n", "invalid YAML"},
+      {"", "holds no settings"},
+      {"run:\n  seed: 1\n  seed: 2\n", "key 'run.seed' is given twice"},
   };
   for (const auto& c : cases) {
     test::write_file(dir.file("bad.yaml"), c.yaml);
@@ -73,6 +76,34 @@ TEST(Binary, BadConfigsExitTwoAndWriteNothing) {
   r = test::run_command(trainer_cmd("no-such-command"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_FALSE(test::path_exists(out));
+}
+
+// A folder (or nothing) where a file is expected: exit 2 naming the argument and the path, nothing written (a
+// folder given as weights used to end in std::bad_alloc).
+TEST(Binary, FolderOrMissingFileArgumentsExitTwoNamingThem) {
+  test::TempDir dir;
+  const std::string out = dir.file("runs"), folder = dir.file("a_folder");
+  fs::make_dirs(folder);
+  test::write_file(dir.file("a_folder/x"), "");
+  const std::string sets = " --set run.out_dir=" + out;
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {"eval --weights " + folder, "--weights " + folder + ": is a folder"},
+      {"--set model.pretrained=" + folder, "key 'model.pretrained': " + folder + ": is a folder"},
+      {"--resume " + folder, "--resume (checkpoint.resume) " + folder + ": is a folder"},
+      {"--resume " + dir.file("none.safetensors"), "none.safetensors: no such file"},
+      {"export --checkpoint " + folder + " --out " + dir.file("m.safetensors"), "--checkpoint " + folder + ": is a folder"},
+      {"--config " + folder, folder + ": is a folder"},
+  };
+  for (const auto& c : cases) {
+    const auto r = test::run_command(trainer_cmd(c.args + sets));
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
+    EXPECT_FALSE(test::path_exists(out)) << c.args << " wrote " << out;
+  }
+  EXPECT_FALSE(test::path_exists(dir.file("m.safetensors")));
 }
 
 TEST(Binary, BadLauncherEnvironmentIsAConfigError) {

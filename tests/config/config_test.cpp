@@ -39,11 +39,22 @@ TEST(Config, LoadsValuesOverDefaults) {
   EXPECT_EQ(c.data.batch_size, Config().data.batch_size);  // untouched keys keep their default
 }
 
-TEST(Config, EmptyFileGivesDefaults) {
+// A config that holds nothing would train the built-in defaults without a word: refused, as is a folder given as
+// the file, and a key given twice (yaml-cpp keeps both; which one won was an accident).
+TEST(Config, EmptyFileFolderAndDuplicateKeysAreErrors) {
+  for (const char* empty : {"", "# only a comment\n", "~\n"}) expect_has(load_error(empty), "holds no settings");
   test::TempDir dir;
-  test::write_file(dir.file("c.yaml"), "");
-  const Config c = load_config(dir.file("c.yaml"));
-  EXPECT_EQ(c.model.name, Config().model.name);
+  try {
+    load_config(dir.path());
+    FAIL() << "a folder loaded as a config";
+  } catch (const ConfigError& e) {
+    expect_has(e.what(), dir.path() + ": is a folder");
+  }
+  const std::string twice = load_error("run:\n  seed: 1\n  seed: 2\n");
+  expect_has(twice, "c.yaml:3: key 'run.seed' is given twice (first at ");
+  expect_has(twice, "c.yaml:2)");
+  expect_has(load_error("run:\n  seed: 1\nmodel:\n  name: resnet50\nrun:\n  name: x\n"),
+             "c.yaml:5: key 'run' is given twice (first at ");
 }
 
 TEST(Config, UnknownKeyNamesLineAndAllowedKeys) {

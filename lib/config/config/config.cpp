@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/fs.h"
 #include "core/strings.h"
 
 namespace trainer {
@@ -418,6 +419,7 @@ void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, con
     throw ConfigError(str_cat(where(file, node), ": ", prefix.empty() ? "the top level" : "key '" + prefix + "'",
                               " must be a mapping of keys (allowed: ", join(children_of(s, prefix), ", "), ")"));
   }
+  std::map<std::string, std::string> seen;  // key -> where it was first given: yaml-cpp keeps duplicates silently
   for (auto it = node.begin(); it != node.end(); ++it) {
     // copies, not references: yaml-cpp's iterator-> hands out a temporary proxy, so a reference to it->second
     // dangles after this statement (AddressSanitizer: stack-use-after-scope, found by scripts/fuzz.sh)
@@ -428,6 +430,10 @@ void load_node(Schema& s, const YAML::Node& node, const std::string& prefix, con
                                 " key is not a plain name (a mapping or list used as a key?)"));
     const std::string key = key_node.Scalar();
     const std::string path = prefix.empty() ? key : prefix + "." + key;
+    const auto first = seen.emplace(key, where(file, key_node));
+    if (!first.second)
+      throw ConfigError(str_cat(where(file, key_node), ": key '", path, "' is given twice (first at ",
+                                first.first->second, "); give each key once"));
     if (const Field* f = find_field(s, path)) {
       Origin o{where(file, key_node)};
       if (f->kind == Kind::FloatList) {
@@ -561,6 +567,7 @@ Config config_from_overrides(const std::vector<std::string>& overrides) {
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
+  if (fs::is_dir(path)) throw ConfigError(str_cat(path, ": is a folder; --config expects a YAML file"));
   {
     std::ifstream probe(path);
     if (!probe) throw ConfigError(str_cat(path, ": cannot open the config file (missing or unreadable)"));
@@ -575,7 +582,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   Schema s = fields_of(c);
   try {
-    if (root.IsDefined() && !root.IsNull()) load_node(s, root, "", path);
+    if (!root.IsDefined() || root.IsNull())
+      throw ConfigError(str_cat(path, ": holds no settings (empty, or only comments); expected a mapping of ",
+                                "sections (", join(children_of(s, ""), ", "), "). To train the built-in default, ",
+                                "leave out --config"));
+    load_node(s, root, "", path);
   } catch (const YAML::Exception& e) {  // anything yaml-cpp refuses that the checks above did not name
     throw ConfigError(str_cat(path, ":", e.mark.line + 1, ": cannot read this YAML: ", e.msg));
   }

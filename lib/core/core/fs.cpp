@@ -104,6 +104,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 std::string read_text(const std::string& path) {
+  TRAINER_CHECK(!is_dir(path), path, ": is a folder, expected a file");
   std::ifstream f(path, std::ios::binary);
   TRAINER_CHECK(f.good(), "cannot read ", path);
   std::ostringstream ss;

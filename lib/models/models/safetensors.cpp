@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/fs.h"
 
 namespace trainer {
 namespace {
@@ -96,9 +97,11 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
 }
 
 SafeTensors read_safetensors(const std::string& path) {
+  TRAINER_CHECK(!fs::is_dir(path), path, ": is a folder, expected a safetensors file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   TRAINER_CHECK(f.good(), path, ": cannot open (missing or unreadable)");
   const std::streamsize size = f.tellg();
+  TRAINER_CHECK(size >= 0, path, ": cannot tell its size (not a regular file?)");
   f.seekg(0);
   std::vector<uint8_t> buf(static_cast<size_t>(size));
   TRAINER_CHECK(size == 0 || f.read(reinterpret_cast<char*>(buf.data()), size), path, ": read failed");
