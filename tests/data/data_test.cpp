@@ -1159,6 +1159,75 @@ TEST_F(Shards, ReencodeShrinksToMaxSide) {
   EXPECT_LT(st.bytes_out, st.bytes_in);
 }
 
+// pack on a JPEG whose header claims 60000 x 60000 px: refused by the decoder's pixel limit before any
+// allocation, with that reason, and skipped, with restart markers (whose lossless rewrite read every coefficient
+// first: about 11 GB) and without them (which packed it as it was).
+TEST_F(Shards, PackRefusesHugeHeadersBeforeAllocating) {
+  std::string huge = test::read_file(fixture_path("baseline.jpg"));
+  for (size_t i = 0; i + 8 < huge.size(); ++i)
+    if (static_cast<uint8_t>(huge[i]) == 0xFF && static_cast<uint8_t>(huge[i + 1]) == 0xC0) {
+      huge[i + 5] = '\xEA', huge[i + 6] = '\x60', huge[i + 7] = '\xEA', huge[i + 8] = '\x60';  // 60000 x 60000
+      break;
+    }
+  std::vector<uint8_t> out;
+  try {
+    transcode_with_restarts(reinterpret_cast<const uint8_t*>(huge.data()), huge.size(), out, "huge.jpg");
+    FAIL() << "a 60000x60000 header was rewritten";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.jpg: refusing a 60000x60000 JPEG (limit"), std::string::npos)
+        << e.what();
+  }
+  for (const bool restart_markers : {true, false}) {
+    test::TempDir dir;
+    PackOptions o;
+    o.src = make_folder(dir);
+    test::write_file(o.src + "/cat/zz_huge.jpg", huge);
+    o.out = dir.file("s");
+    o.restart_markers = restart_markers;
+    const PackStats st = pack_dataset(o);
+    EXPECT_EQ(st.skipped, 1) << "restart markers " << restart_markers;
+    EXPECT_EQ(st.samples, 21);
+    for (const auto& smp : scan_shards(o.out).samples) EXPECT_EQ(smp.name().find("zz_huge"), std::string::npos);
+  }
+}
+
+// A flipped byte in one member's tar header, the index untouched (it bypasses the scan that checks headers): the
+// sample's read checks its own header, names it, and the loader skips that one sample as a bad file.
+TEST_F(Shards, DamagedMemberHeaderIsCaughtDespiteTheIndex) {
+  test::TempDir dir;
+  PackOptions o;
+  o.src = make_folder(dir);
+  o.out = dir.file("s");
+  o.restart_markers = false;
+  pack_dataset(o);
+  const auto samples = scan_shards(o.out).samples;
+  ASSERT_EQ(samples.size(), 21u);
+  const ImageSample victim = samples[5];
+  std::string tar = test::read_file(victim.path);
+  tar[static_cast<size_t>(victim.offset - 512 + 3)] ^= 0x20;  // inside the member's name field
+  test::write_file(victim.path, tar);
+  ASSERT_TRUE(fs::exists(victim.path + ".idx"));
+  std::vector<uint8_t> bytes;
+  try {
+    read_sample_bytes(victim, bytes);
+    FAIL() << "a damaged header went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has a bad checksum"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(read_sample_bytes(samples[4], bytes));
+  EXPECT_NO_THROW(read_sample_bytes(samples[6], bytes));
+  ImageLoaderOptions lo;
+  lo.batch_size = 7;
+  lo.image_size = 32;
+  lo.workers = 2;
+  ImageLoader l(scan_shards(o.out).samples, lo, torch::kCPU);
+  l.set_epoch(0);
+  Batch b;
+  while (l.next(b)) {
+  }
+  EXPECT_EQ(l.bad_samples(), 1);
+}
+
 TEST_F(Shards, BadIndexTarAndOptionsAreClearErrors) {
   test::TempDir dir;
   PackOptions o;

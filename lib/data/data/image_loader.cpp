@@ -1,4 +1,5 @@
 #include "data/image_loader.h"
+#include "data/shards.h"
 
 #include <cstring>
 
@@ -76,9 +77,15 @@ void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf) {
   TRAINER_CHECK(s.size <= (int64_t(1) << 30), s.name(), ": implausible size ", s.size);
   const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
   TRAINER_CHECK(fd >= 0, s.path, ": cannot open");
+  // the member's own tar header first (data follows it directly): its checksum catches a damaged header that
+  // the index would otherwise hide
+  uint8_t header[512];
+  const bool have_header = s.offset >= 512 && fs::pread_full(fd, s.offset - 512, sizeof(header), header) == 512;
   buf.resize(static_cast<size_t>(s.size));
   const size_t done = fs::pread_full(fd, s.offset, buf.size(), buf.data());
   ::close(fd);
+  TRAINER_CHECK(have_header && tar_header_checksum_ok(header), s.name(), ": the tar header at byte ", s.offset - 512,
+                " has a bad checksum (the shard is damaged, or its index does not belong to it)");
   TRAINER_CHECK(done == buf.size(), s.name(), ": short read (the shard is shorter than its index says)");
 }
 

@@ -238,6 +238,14 @@ bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8
   jpeg_save_markers(&src, JPEG_COM, 0xFFFF);
   for (int m = 0; m < 16; ++m) jpeg_save_markers(&src, JPEG_APP0 + m, 0xFFFF);
   jpeg_read_header(&src, TRUE);
+  // the decoder's pixel limit before any coefficient is read: libjpeg would allocate them all (a header claiming
+  // 60000 x 60000 px took about 11 GB before failing)
+  const int64_t pixels = int64_t(src.image_width) * src.image_height;
+  if (pixels <= 0 || pixels > kMaxImagePixels) {
+    const std::string size = str_cat(src.image_width, "x", src.image_height);
+    release();
+    TRAINER_FAIL(name, ": refusing a ", size, " JPEG (limit ", kMaxImagePixels, " pixels)");
+  }
   const bool cmyk = src.jpeg_color_space == JCS_CMYK || src.jpeg_color_space == JCS_YCCK;
   if (cmyk || (src.num_components != 1 && src.num_components != 3)) {
     release();

@@ -103,6 +103,8 @@ ReadAt file_reader(const std::string& path, int* fd_out) {
 
 }  // namespace
 
+bool tar_header_checksum_ok(const uint8_t* header) { return header_checksum_ok(header); }
+
 std::vector<TarEntry> list_tar(const ReadAt& read, int64_t size, const std::string& name) {
   std::vector<TarEntry> out;
   uint8_t h[kBlock];

@@ -27,6 +27,10 @@ struct TarEntry {
 // `name` and the header offset: bad checksum, a size past the end, a truncated archive.
 std::vector<TarEntry> list_tar(const ReadAt& read, int64_t size, const std::string& name);
 
+// Whether a 512-byte tar header's checksum field matches its bytes (readers check each sample's own header, so a
+// damaged one is caught where the index bypasses the scan, as Python's tarfile would).
+bool tar_header_checksum_ok(const uint8_t* header);
+
 struct ShardSample {
   std::string key, ext;  // WebDataset: key = member path up to the first '.' of its base name
   int64_t offset = 0, size = 0;
