@@ -29,6 +29,7 @@
 #   autoaug (RandAugment / TrivialAugmentWide cost, against the DataLoader with torchvision's)
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
+#   hardening (SIGTERM twice from GNU timeout on a GPU run; the step against PyTorch eager after issue 23's changes)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -542,6 +543,20 @@ PY
     python3 scripts/profile_pytorch.py --model vit_base_patch16_224 --out "$out/vit_pytorch_trace.json"
     python3 scripts/kernel_table.py "$out/vit/r/trace.json" "$out/vit_pytorch_trace.json" --top 30 \
       | tee "$out/vit_kernels.txt"
+    ;;
+  hardening)  # issue 23 on the GPU: two SIGTERMs from GNU timeout still write the preemption checkpoint (exit 3);
+    # the step's speed against PyTorch eager in the same call after the per-micro-batch reseed of model noise
+    timeout --preserve-status -s TERM 40 $T --config configs/bench.yaml --set data.synthetic_samples=5000 \
+      --set data.batch_size=128 --set train.epochs=1000 --set run.out_dir="$out/runs" --set run.name=timeout \
+      --set checkpoint.every_epoch=false --set train.eval_interval=0 > "$out/timeout.log" 2>&1
+    echo "under timeout: exit $? (3 = stopped after writing its checkpoint)"
+    grep -E "stop requested|second signal|checkpoint written" "$out/timeout.log"
+    ls "$out/runs/timeout/checkpoints" 2>&1
+    for w in "resnet50 bf16" "vit_base_patch16_224 bf16"; do
+      set -- $w
+      NO_COMPILE=1 scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
+    done
+    SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_graph scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \

@@ -143,10 +143,11 @@ TEST(Config, SetOverridesFileAndValidates) {
   EXPECT_EQ(c.model.name, "vit_tiny_patch16_224");
   EXPECT_EQ(c.data.mean, std::vector<double>{0.1});
   EXPECT_TRUE(c.run.deterministic);
-  expect_has(load_error("", {"optim.lr=abc"}), "--set: key 'optim.lr': expected a number");
-  expect_has(load_error("", {"optim.lrr=1"}), "unknown key 'optim.lrr'");
-  expect_has(load_error("", {"optim.lrr=1"}), "optim.lr");
-  expect_has(load_error("", {"no_equals_sign"}), "expected key.path=value");
+  const std::string file = "run:\n  seed: 1\n";
+  expect_has(load_error(file, {"optim.lr=abc"}), "--set: key 'optim.lr': expected a number");
+  expect_has(load_error(file, {"optim.lrr=1"}), "unknown key 'optim.lrr'");
+  expect_has(load_error(file, {"optim.lrr=1"}), "optim.lr");
+  expect_has(load_error(file, {"no_equals_sign"}), "expected key.path=value");
 }
 
 TEST(Config, PrintedYamlReadsBackIdentically) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "checkpoint/checkpoint.h"
 #include "core/fs.h"
 #include "core/strings.h"
 #include "models/safetensors.h"
@@ -65,6 +66,18 @@ std::string eval_line(const std::string& metrics) {
   return last;
 }
 
+// The floating tensors of two weight files agree within `rel` of each tensor's largest magnitude.
+void expect_same_weights(const std::string& path_a, const std::string& path_b, double rel, const std::string& what) {
+  const auto a = read_safetensors(path_a).tensors;
+  const auto b = read_safetensors(path_b).tensors;
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].second.is_floating_point()) continue;
+    const double diff = (a[i].second - b[i].second).abs().max().item<double>();
+    EXPECT_LT(diff / (a[i].second.abs().max().item<double>() + 1e-12), rel) << a[i].first << " (" << what << ")";
+  }
+}
+
 TEST(DataParallel, TwoRanksEqualOneProcessOnTheGlobalBatch) {
   test::TempDir dir;
   const auto single = test::run_command(args(dir.file("one"), 32));
@@ -79,15 +92,8 @@ TEST(DataParallel, TwoRanksEqualOneProcessOnTheGlobalBatch) {
   EXPECT_NE(r0.output.find("joined"), std::string::npos) << r0.output;
   EXPECT_NE(r0.output.find("weights identical on all 2 ranks after 16 steps"), std::string::npos) << r0.output;
 
-  const auto a = read_safetensors(dir.file("one/default/model.safetensors")).tensors;
-  const auto b = read_safetensors(dir.file("two/default/model.safetensors")).tensors;
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].second.is_floating_point()) continue;
-    const double diff = (a[i].second - b[i].second).abs().max().item<double>();
-    const double scale = a[i].second.abs().max().item<double>() + 1e-12;
-    EXPECT_LT(diff / scale, 1e-4) << a[i].first;
-  }
+  expect_same_weights(dir.file("one/default/model.safetensors"), dir.file("two/default/model.safetensors"), 1e-4,
+                      "2 ranks");
   // only rank 0 wrote: one metrics file, and its eval covers the whole eval set once (25 = 13 + 12 samples)
   const std::string e1 = eval_line(dir.file("one/default/metrics.jsonl"));
   const std::string e2 = eval_line(dir.file("two/default/metrics.jsonl"));
@@ -101,20 +107,13 @@ TEST(DataParallel, AccumulationWithNoSyncEqualsNoAccumulation) {
   test::TempDir dir;
   const auto single = test::run_command(args(dir.file("one"), 32));
   ASSERT_EQ(single.exit_code, 0) << single.output;
-  const auto a = read_safetensors(dir.file("one/default/model.safetensors")).tensors;
   for (const std::string overlap : {"true", "false"}) {
     const std::string out = dir.file("accum_" + overlap);
     const std::string extra = " --set train.accum_steps=2 --set dist.bucket_mb=1 --set dist.overlap=" + overlap;
     test::CommandResult r0;
     ASSERT_NO_FATAL_FAILURE(run_two_ranks(args(out, 8) + extra, dir.file("r1.log"), &r0));
-    const auto b = read_safetensors(out + "/default/model.safetensors").tensors;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!a[i].second.is_floating_point()) continue;
-      const double diff = (a[i].second - b[i].second).abs().max().item<double>();
-      const double scale = a[i].second.abs().max().item<double>() + 1e-12;
-      EXPECT_LT(diff / scale, 1e-4) << a[i].first << " (overlap " << overlap << ")";
-    }
+    expect_same_weights(dir.file("one/default/model.safetensors"), out + "/default/model.safetensors", 1e-4,
+                        "overlap " + overlap);
   }
 }
 
@@ -244,6 +243,97 @@ TEST(DataParallel, RanksResumeFromTheStepRankZeroChooses) {
   EXPECT_NE(r0.output.find("resumed from " + c0 + "/ckpt-0000000004.safetensors"), std::string::npos) << r0.output;
   EXPECT_TRUE(fs::exists(c0 + "/ckpt-0000000006.safetensors"));
   EXPECT_NE(r0.output.find("weights identical on all 2 ranks after 6 steps"), std::string::npos) << r0.output;
+}
+
+
+// ---- two hosts over a real network: two network namespaces joined by a veth pair ----
+
+// Two "hosts" 10.231.0.1 and .2 (each its own network stack, loopback included, so a rank that binds the
+// hostname's address, which Debian's /etc/hosts maps to 127.0.1.1, cannot be reached). Needs root and iproute2;
+// `ok` is false with the reason where they are not there.
+struct TwoHosts {
+  std::string a, b, why;
+  bool ok = false;
+  TwoHosts() {
+    const std::string id = std::to_string(::getpid() % 100000);
+    a = "trn_a" + id;
+    b = "trn_b" + id;
+    const std::string va = "tva" + id, vb = "tvb" + id;
+    const std::string cmd = "ip netns add " + a + " && ip netns add " + b + " && ip link add " + va +
+                            " type veth peer name " + vb + " && ip link set " + va + " netns " + a +
+                            " && ip link set " + vb + " netns " + b + " && ip -n " + a + " addr add 10.231.0.1/24 dev " +
+                            va + " && ip -n " + b + " addr add 10.231.0.2/24 dev " + vb + " && ip -n " + a +
+                            " link set " + va + " up && ip -n " + b + " link set " + vb + " up && ip -n " + a +
+                            " link set lo up && ip -n " + b + " link set lo up";
+    const auto r = test::run_command(cmd);
+    ok = r.exit_code == 0;
+    why = r.output;
+  }
+  ~TwoHosts() { test::run_command("ip netns del " + a + "; ip netns del " + b); }
+  // every process of host b dies at once, and its link goes down first: its peers see silence, not a reset
+  void kill_b() {
+    test::run_command("ip -n " + b + " link set tvb" + b.substr(5) + " down; ip netns pids " + b + " | xargs -r kill -9");
+  }
+};
+
+std::string launch_on(const std::string& ns, int node, int port, const std::string& trainer_args) {
+  return "ip netns exec " + ns + " " + test::shell_quote(test::trainer_binary()) + " launch --nnodes 2 --node-rank " +
+         std::to_string(node) + " --nproc-per-node 2 --master-addr 10.231.0.1 --master-port " + std::to_string(port) +
+         " --grace-s 5 -- " + trainer_args.substr(trainer_args.find(' ') + 1);  // the args less the binary
+}
+
+TEST(TwoHosts, TwoByTwoRanksEqualOneProcessAndADeadHostEndsTheOther) {
+  TwoHosts net;
+  if (!net.ok) GTEST_SKIP() << "cannot make two network namespaces here (needs root and iproute2): " << net.why;
+  test::TempDir dir;
+  const auto single = test::run_command(args(dir.file("one"), 32));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+
+  int port = free_port();
+  const pid_t b = spawn(launch_on(net.b, 1, port, args(dir.file("b"), 8)), dir.file("b.log"));
+  const auto a = test::run_command(launch_on(net.a, 0, port, args(dir.file("a"), 8)));
+  int status = 0;
+  ::waitpid(b, &status, 0);
+  ASSERT_EQ(a.exit_code, 0) << a.output << "\n---- host b ----\n" << fs::read_text(dir.file("b.log"));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fs::read_text(dir.file("b.log"));
+  EXPECT_NE(a.output.find("Gloo on 10.231.0.1"), std::string::npos) << a.output;
+  EXPECT_NE(fs::read_text(dir.file("b.log")).find("Gloo on 10.231.0.2"), std::string::npos);
+  EXPECT_NE(a.output.find("weights identical on all 4 ranks after 16 steps"), std::string::npos) << a.output;
+  expect_same_weights(dir.file("one/default/model.safetensors"), dir.file("a/default/model.safetensors"), 1e-4,
+                      "2 hosts x 2 ranks");
+
+  // host b dies mid-run: host a's ranks end within run.dist_timeout_s (30 s here) with the failed operation named,
+  // and the last checkpoint is intact
+  port = free_port();
+  const std::string long_run = " --set train.epochs=100 --set checkpoint.every_steps=2";
+  const pid_t a2 = spawn(launch_on(net.a, 0, port, args(dir.file("a2"), 8) + long_run), dir.file("a2.log"));
+  const pid_t b2 = spawn(launch_on(net.b, 1, port, args(dir.file("b2"), 8) + long_run), dir.file("b2.log"));
+  const std::string ckpts = dir.file("a2/default/checkpoints");
+  auto t0 = std::chrono::steady_clock::now();
+  while (CheckpointDir(ckpts).list().size() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(CheckpointDir(ckpts).list().size(), 2u) << fs::read_text(dir.file("a2.log"));
+  net.kill_b();
+  ::waitpid(b2, nullptr, 0);
+  t0 = std::chrono::steady_clock::now();
+  pid_t done = 0;
+  while ((done = ::waitpid(a2, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(75))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) {
+    ::kill(a2, SIGKILL);
+    ::waitpid(a2, nullptr, 0);
+    FAIL() << "host a still running " << waited << " s after host b died\n" << fs::read_text(dir.file("a2.log"));
+  }
+  EXPECT_LT(waited, 30 + 10.0) << fs::read_text(dir.file("a2.log"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  const std::string log = fs::read_text(dir.file("a2.log"));
+  const bool named = log.find("did not finish within") != std::string::npos ||
+                     log.find("failed (a peer died or timed out)") != std::string::npos;
+  EXPECT_TRUE(named) << log;
+  const std::string last = CheckpointDir(ckpts).latest_valid();
+  ASSERT_FALSE(last.empty());
+  EXPECT_GE(read_checkpoint(last).step, 2);
 }
 
 }  // namespace

@@ -200,49 +200,53 @@ TEST_F(EngineParity, SgdMomentumAfterASkippedFirstStepMatchesTorch) {
   }
 }
 
+// One trainer without accumulation and one with accum_steps k, holding the same weights (ViT: no batch statistics,
+// so micro-batches must equal their concatenation up to fp32 sums).
+struct AccumulationPair {
+  std::unique_ptr<Trainer> big, acc;
+  explicit AccumulationPair(int64_t k) {
+    Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
+    c.optim.name = "sgd";
+    c.optim.lr = 0.1;
+    big = std::make_unique<Trainer>(c, RunContext{torch::kCPU}, false);
+    c.train.accum_steps = k;
+    acc = std::make_unique<Trainer>(c, RunContext{torch::kCPU}, false);
+    load_state_dict(*acc->model(), state_dict(*big->model()), LoadMode::strict, "copy");
+  }
+  void expect_same_weights() const {
+    auto ref = big->model()->named_parameters();
+    for (auto& kv : acc->model()->named_parameters())
+      EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+  }
+};
+
 TEST(Engine, AccumulationEqualsLargeBatch) {
-  // ViT has no batch statistics, so 4 micro-batches of 8 must equal one batch of 32 exactly (up to fp32 sums).
-  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
-  c.optim.name = "sgd";
-  c.optim.lr = 0.1;
-  Trainer big(c, RunContext{torch::kCPU}, false);
-  Config ca = c;
-  ca.train.accum_steps = 4;
-  Trainer acc(ca, RunContext{torch::kCPU}, false);
-  load_state_dict(*acc.model(), state_dict(*big.model()), LoadMode::strict, "copy");
+  AccumulationPair t(4);
   torch::manual_seed(5);
   auto x = torch::randn({32, 1, 32, 32});
   auto y = torch::randint(10, {32});
-  EXPECT_TRUE(big.train_step(Batch{x, y, {}}));
+  EXPECT_TRUE(t.big->train_step(Batch{x, y, {}}));
   for (int i = 0; i < 4; ++i) {
-    const bool stepped = acc.train_step(Batch{x.narrow(0, 8 * i, 8), y.narrow(0, 8 * i, 8), {}});
+    const bool stepped = t.acc->train_step(Batch{x.narrow(0, 8 * i, 8), y.narrow(0, 8 * i, 8), {}});
     EXPECT_EQ(stepped, i == 3);
   }
-  EXPECT_EQ(acc.steps(), 1);
-  auto ref = big.model()->named_parameters();
-  for (auto& kv : acc.model()->named_parameters()) EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+  EXPECT_EQ(t.acc->steps(), 1);
+  t.expect_same_weights();
 }
 
 // The last accumulation of an epoch may hold fewer micro-batches than accum_steps: it still steps, each loss divided
 // by its own count, so 2 micro-batches of 8 in a group of 2 (accum_steps 3) equal one batch of 16.
 TEST(Engine, ShortLastAccumulationStepsLikeItsBatch) {
-  Config c = cpu_config("vit_tiny_patch16_224", 1, 32);
-  c.optim.name = "sgd";
-  c.optim.lr = 0.1;
-  Trainer big(c, RunContext{torch::kCPU}, false);
-  Config ca = c;
-  ca.train.accum_steps = 3;
-  Trainer acc(ca, RunContext{torch::kCPU}, false);
-  load_state_dict(*acc.model(), state_dict(*big.model()), LoadMode::strict, "copy");
+  AccumulationPair t(3);
+  Trainer& acc = *t.acc;
   torch::manual_seed(6);
   auto x = torch::randn({16, 1, 32, 32});
   auto y = torch::randint(10, {16});
-  EXPECT_TRUE(big.train_step(Batch{x, y, {}}));
+  EXPECT_TRUE(t.big->train_step(Batch{x, y, {}}));
   EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}, /*group_size=*/2));
   EXPECT_TRUE(acc.train_step(Batch{x.narrow(0, 8, 8), y.narrow(0, 8, 8), {}}, /*group_size=*/1));
   EXPECT_EQ(acc.steps(), 1);
-  auto ref = big.model()->named_parameters();
-  for (auto& kv : acc.model()->named_parameters()) EXPECT_LT(rel_err(kv.value(), ref[kv.key()]), 1e-5) << kv.key();
+  t.expect_same_weights();
   // and the next accumulation is a whole one again: two calls do not step
   EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 0, 8), y.narrow(0, 0, 8), {}}));
   EXPECT_FALSE(acc.train_step(Batch{x.narrow(0, 8, 8), y.narrow(0, 8, 8), {}}));
@@ -438,19 +442,25 @@ TEST(Schedule, LinearScalingRule) {
   EXPECT_DOUBLE_EQ(scaled_lr(o, 128), 0.05);
 }
 
-TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
-  test::TempDir dir;
+// A 40x30 grey JPEG's bytes.
+std::string grey_jpeg() {
   RgbImage img;
   img.width = 40;
   img.height = 30;
   img.pixels.assign(40 * 30 * 3, 90);
   std::vector<uint8_t> jpg;
   encode_jpeg(img, 90, jpg, "test");
+  return std::string(jpg.begin(), jpg.end());
+}
+
+TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
+  test::TempDir dir;
+  const std::string jpg = grey_jpeg();
   std::vector<ImageSample> samples;
   for (int i = 0; i < 6; ++i) {
     ImageSample s;
     s.path = dir.file(std::to_string(i) + ".jpg");
-    test::write_file(s.path, std::string(jpg.begin(), jpg.end()));
+    test::write_file(s.path, jpg);
     samples.push_back(s);
   }
   ImageLoaderOptions o;
@@ -469,19 +479,14 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
 // the unreadable one is reported.
 TEST(Evaluation, BadFilesAreLeftOutAndCounted) {
   test::TempDir dir;
-  RgbImage img;
-  img.width = 40;
-  img.height = 30;
-  img.pixels.assign(40 * 30 * 3, 90);
-  std::vector<uint8_t> jpg;
-  encode_jpeg(img, 90, jpg, "test");
+  const std::string jpg = grey_jpeg();
   for (const char* split : {"train", "val"})
     for (const char* cls : {"a", "b"}) {
       fs::make_dirs(dir.file(std::string(split) + "/" + cls));
       for (int i = 0; i < 5; ++i)
-        test::write_file(dir.file(str_cat(split, "/", cls, "/", i, ".jpg")), std::string(jpg.begin(), jpg.end()));
+        test::write_file(dir.file(str_cat(split, "/", cls, "/", i, ".jpg")), jpg);
     }
-  test::write_file(dir.file("val/b/3.jpg"), std::string(jpg.begin(), jpg.begin() + 200));  // truncated
+  test::write_file(dir.file("val/b/3.jpg"), jpg.substr(0, 200));  // truncated
   Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.num_classes=2", "model.in_chans=3",
                                     "data.source=image_folder", "data.root=" + dir.path(), "data.image_size=32",
                                     "data.batch_size=4", "data.workers=1", "data.eval_split=val",

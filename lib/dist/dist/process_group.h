@@ -37,8 +37,9 @@ class DistContext {
   // stream wait, no host sync). `op` names the operation in timeout and failure messages.
   std::function<void()> all_reduce_async(torch::Tensor t, const char* op);
 
- private:
   struct Impl;
+
+ private:
   DistEnv env_;
   std::unique_ptr<Impl> impl_;
 };
