@@ -30,6 +30,7 @@
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run; the step against PyTorch eager after issue 23's changes)
+#   stopdist (a rank under `trainer launch` on NCCL stops within about a second of SIGTERM, whatever the log interval)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
 phase=$1 out=$2
@@ -557,6 +558,17 @@ PY
       NO_COMPILE=1 scripts/bench.sh "$out/bench" "$1" "$2" 2>&1 | tail -1
     done
     SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_graph scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    ;;
+  stopdist)  # issue 23 item 4 on NCCL: a rank started by `trainer launch`, SIGTERM (from GNU timeout, forwarded) with
+    # log points 10,000 steps apart: the stop is agreed within about a second, the checkpoint written, exit 3
+    t0=$(date +%s.%N)
+    timeout --preserve-status -s TERM 40 $T launch --nproc-per-node 1 --grace-s 60 -- --config configs/bench.yaml \
+      --set data.synthetic_samples=5000 --set data.batch_size=128 --set train.epochs=1000 --set run.log_interval=10000 \
+      --set run.out_dir="$out/runs" --set run.name=launch_timeout --set checkpoint.every_epoch=false \
+      --set train.eval_interval=0 > "$out/launch_timeout.log" 2>&1
+    rc=$?
+    echo "launch under timeout: exit $rc after $(python3 -c "import time; print(round(time.time() - $t0, 1))") s (SIGTERM at 40 s)"
+    grep -E "stop requested|second signal|checkpoint written|joined" "$out/launch_timeout.log"
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \
