@@ -322,6 +322,11 @@ TEST(Resume, DiskFullKeepsThePreviousCheckpoint) {
                                                                    " --set train.epochs=2 --resume auto"));
   EXPECT_EQ(stop.exit_code, 1) << stop.output;
   EXPECT_NE(stop.output.find(".tmp: write failed"), std::string::npos) << stop.output;
+  // the run's own log keeps its lines and ends with the reason it stopped
+  const std::string log = fs::read_text(dir.file("default/train.log"));
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_NE(log.find("fatal: "), std::string::npos) << log;
+  EXPECT_NE(log.find(".tmp: write failed"), std::string::npos) << log;
   EXPECT_EQ(cd.list(), before) << "a failed checkpoint changed the folder";
   EXPECT_NO_THROW(read_checkpoint(cd.latest_valid()));
   for (const auto& f : fs::list_dir(cd.dir())) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;

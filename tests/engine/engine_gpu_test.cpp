@@ -1,10 +1,17 @@
 // GPU-only checks (ctest label `gpu`): bf16/fp16 steps of the big models, the scaler on CUDA, and the
 // GPU-resident loader against its CPU twin. Skipped, with a message, where no CUDA device is usable.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/checkpoint.h"
 #include "core/fs.h"
 #include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
@@ -220,6 +227,40 @@ TEST(Gpu, SyncBatchNormNeverSyncsTheHost) {
   const auto xf = x.detach().cpu();
   const auto var = xf.transpose(0, 1).reshape({16, -1}).var(1, /*unbiased=*/true);
   EXPECT_TRUE(torch::allclose(bn->running_var.cpu(), 0.9 + 0.1 * var, 1e-4, 1e-5));
+}
+
+// A rank under `trainer launch` (the NCCL path, one GPU) with log points far apart: SIGTERM to the launcher, which
+// forwards it, is agreed on within about a second, the checkpoint written, exit 3. Ranks on GPUs used to agree
+// only at log points, so this run trained on until the launcher's SIGKILL.
+TEST(Gpu, StopUnderLaunchIsAgreedSoonWhateverTheLogInterval) {
+  REQUIRE_GPU();
+  test::TempDir dir;
+  const std::string cmd =
+      "exec " + test::shell_quote(test::trainer_binary()) + " launch --nproc-per-node 1 --master-port " +
+      std::to_string(21000 + ::getpid() % 20000) + " -- --config " + test::source_dir() + "/configs/bench.yaml" +
+      " --set model.name=resnet18 --set data.image_size=64 --set data.synthetic_samples=2048 --set data.batch_size=64" +
+      " --set train.epochs=100000 --set run.log_interval=100000 --set checkpoint.every_epoch=false" +
+      " --set train.eval_interval=0 --set run.out_dir=" + dir.path() + " > " + dir.file("log") + " 2>&1";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const std::string train_log = dir.file("default/train.log");
+  auto t0 = std::chrono::steady_clock::now();
+  while ((!fs::exists(train_log) || fs::read_text(train_log).find("epoch 3 done") == std::string::npos) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(fs::read_text(train_log).find("epoch 3 done"), std::string::npos) << fs::read_text(dir.file("log"));
+  ::kill(pid, SIGTERM);
+  t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status)) << fs::read_text(dir.file("log"));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << fs::read_text(dir.file("log"));
+  EXPECT_LT(sec, 8.0) << "the stop took " << sec << " s";
+  EXPECT_FALSE(CheckpointDir(dir.file("default/checkpoints")).latest_valid().empty());
 }
 
 TEST(Gpu, Fp16StepsWithScaler) {
