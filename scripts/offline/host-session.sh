@@ -30,6 +30,7 @@
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run; the step against PyTorch eager after issue 23's changes)
+#   fusedbn (issue 24: the fused batch-norm harness, ResNet-50 against eager and torch.compile, fused_norm off)
 #   stopdist (a rank under `trainer launch` on NCCL stops within about a second of SIGTERM, whatever the log interval)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
@@ -569,6 +570,14 @@ PY
     rc=$?
     echo "launch under timeout: exit $rc after $(python3 -c "import time; print(round(time.time() - $t0, 1))") s (SIGTERM at 40 s)"
     grep -E "stop requested|second signal|checkpoint written|joined" "$out/launch_timeout.log"
+    ;;
+  fusedbn)  # issue 24: the fused batch-norm kernels' harness (right and fast per ResNet-50 shape), then ResNet-50
+    # against PyTorch eager and torch.compile in this call, bf16 and fp16, and with model.fused_norm off
+    build/tests/engine/engine_gpu_test --gtest_filter='FusedBatchNorm.*' > "$out/fused_bn_test.log" 2>&1
+    grep -E "fused .* ms|step [0-9]: loss|OK \]|FAILED|Failure" "$out/fused_bn_test.log" | head -80
+    scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    NO_COMPILE=1 scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
+    SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \

@@ -102,6 +102,10 @@ Schema fields_of(Config& c) {
   s.add_int("model.in_chans", &c.model.in_chans, "input channels (1 = grayscale)", closed(1, 64));
   s.add_bool("model.small_stem", &c.model.small_stem, "ResNet: 3x3 stride-1 stem without max-pool (28-64 px inputs)");
   s.add_bool("model.zero_init_last", &c.model.zero_init_last, "ResNet: zero the last BN gamma of each block");
+  s.add_string("model.fused_norm", &c.model.fused_norm,
+               "ResNet: batch norm with its residual add and ReLU in trainer's own kernels (CUDA, channels_last, "
+               "bf16/fp16, no sync_bn), else ATen's ops",
+               {"auto", "off"});
   s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));
   s.add_float("model.drop_path_rate", &c.model.drop_path_rate, "stochastic depth rate of the last block",
               half_open(0, 1));

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "models/fused_batchnorm.h"
+
 namespace trainer {
 namespace {
 
@@ -25,7 +27,26 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 
 }  // namespace
 
-torch::Tensor SyncableBatchNorm2dImpl::forward(const torch::Tensor& x) {
+torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
+  // SyncBatchNorm sums its statistics over ranks: the fused kernels do not (yet)
+  const bool fuse = fused_ && !all_reduce_ && options.affine() && options.track_running_stats() &&
+                    options.momentum().has_value() && fused_batchnorm_applies(x, is_training()) &&
+                    (!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type()));
+  ran_fused_ = fuse;
+  if (fuse) {
+    if (is_training()) {
+      torch::NoGradGuard ng;
+      num_batches_tracked.add_(1);
+    }
+    return fused_batchnorm(x, z.defined() ? z.contiguous(torch::MemoryFormat::ChannelsLast) : z, weight, bias,
+                           running_mean, running_var, *options.momentum(), options.eps(), is_training(), relu);
+  }
+  torch::Tensor y = forward_unfused(x);
+  if (z.defined()) y.add_(z);
+  return relu ? y.relu_() : y;
+}
+
+torch::Tensor SyncableBatchNorm2dImpl::forward_unfused(const torch::Tensor& x) {
   if (!all_reduce_ || !is_training()) return torch::nn::BatchNorm2dImpl::forward(x);
   TORCH_CHECK(x.dim() == 4, "SyncBatchNorm expects NCHW input, got ", x.dim(), " dimensions");
   const int64_t c = x.size(1);
@@ -52,6 +73,11 @@ torch::Tensor SyncableBatchNorm2dImpl::forward(const torch::Tensor& x) {
   if (options.affine()) shift = shift + bias;
   torch::Tensor y = xf * scale.view({1, c, 1, 1}) + shift.view({1, c, 1, 1});
   return y.to(x.scalar_type());
+}
+
+void set_fused_batchnorm(torch::nn::Module& m, bool on) {
+  for (auto& kv : m.named_modules("", /*include_self=*/true))
+    if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) bn->set_fused(on);
 }
 
 int enable_sync_batchnorm(torch::nn::Module& m, const AllReduceFn& fn) {

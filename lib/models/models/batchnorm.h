@@ -17,14 +17,25 @@ using AllReduceFn = std::function<void(torch::Tensor&)>;  // in-place sum over r
 class SyncableBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
  public:
   using torch::nn::BatchNorm2dImpl::BatchNorm2dImpl;
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x) { return forward_act(x, torch::Tensor(), /*relu=*/false); }
+  // relu?(batch_norm(x) + z), z undefined for none: one fused kernel pass where set_fused(true) and
+  // fused_batchnorm_applies (models/fused_batchnorm.h), else ATen's batch norm, add and ReLU.
+  torch::Tensor forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu);
   void set_all_reduce(AllReduceFn fn) { all_reduce_ = std::move(fn); }
+  void set_fused(bool on) { fused_ = on; }
+  // Whether the last forward ran the fused kernels.
+  bool ran_fused() const { return ran_fused_; }
 
  private:
+  torch::Tensor forward_unfused(const torch::Tensor& x);
   AllReduceFn all_reduce_;
+  bool fused_ = false;
+  bool ran_fused_ = false;
 };
 TORCH_MODULE(SyncableBatchNorm2d);
 
+// model.fused_norm: every SyncableBatchNorm2d in `m` fuses where it can (on) or never (off).
+void set_fused_batchnorm(torch::nn::Module& m, bool on);
 // Gives every SyncableBatchNorm2d in `m` the collective; returns how many there are.
 int enable_sync_batchnorm(torch::nn::Module& m, const AllReduceFn& fn);
 

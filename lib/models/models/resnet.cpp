@@ -64,15 +64,14 @@ ResBlockImpl::ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, boo
 }
 
 torch::Tensor ResBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = bn1_(conv1_(x)).relu_();
-  if (bottleneck_) {
-    y = bn2_(conv2_(y)).relu_();
-    y = bn3_(conv3_(y));
-  } else {
-    y = bn2_(conv2_(y));
-  }
-  y = drop_path(y, drop_path_, is_training());
+  torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
+  if (bottleneck_) y = bn2_->forward_act(conv2_(y), torch::Tensor(), /*relu=*/true);
+  SyncableBatchNorm2d& last = bottleneck_ ? bn3_ : bn2_;
+  torch::Tensor pre = (bottleneck_ ? conv3_ : conv2_)(y);
   torch::Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
+  // the last norm, the residual add and the ReLU in one pass, unless drop-path scales the branch in between
+  if (drop_path_ == 0 || !is_training()) return last->forward_act(pre, shortcut, /*relu=*/true);
+  y = drop_path(last(pre), drop_path_, is_training());
   return y.add_(shortcut).relu_();
 }
 
@@ -126,12 +125,13 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
   num_features_ = inplanes;
   fc_ = register_module("fc", nn::Linear(num_features_, opt.num_classes));
   init_weights(*this);
+  set_fused_batchnorm(*this, opt.fused_norm);
   if (opt.zero_init_last)
     for (auto& b : blocks_) b->zero_init_last();
 }
 
 torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
-  torch::Tensor y = bn1_(conv1_(x)).relu_();
+  torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
   if (!opt_.small_stem) y = torch::max_pool2d(y, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
   for (auto& b : blocks_) y = b->forward(y);
   return y;

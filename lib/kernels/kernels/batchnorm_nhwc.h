@@ -1,0 +1,41 @@
+// Batch norm over NHWC activations (a channels_last NCHW tensor is M = N*H*W rows of C channels), bf16 or fp16
+// values with fp32 parameters and statistics, fused with the residual add and ReLU that follow it in ResNet:
+//   training forward: bn_forward_stats (per-channel mean and variance, running statistics), then bn_apply
+//   eval forward:     bn_eval_scale_shift, then bn_apply
+//   training backward: bn_backward (one reduction pass, one elementwise pass)
+// Plain CUDA behind a C++ interface (no torch headers); models/fused_batchnorm.cpp is the ATen-facing layer. Each
+// launcher returns the launch error (cudaSuccess when the kernels were queued on `stream`).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace trainer::kernels {
+
+enum class BnDtype { bf16, fp16 };
+
+// fp32 workspace the reductions need for M rows of C channels on the current device.
+int64_t bn_workspace_floats(int64_t M, int64_t C);
+
+// Per-channel batch mean and biased variance of x (M x C) in fp32 (shifted sums, merged in double), then
+//   save_mean, save_invstd = 1 / sqrt(var + eps), scale = weight * invstd, shift = bias - mean * scale,
+//   running_mean, running_var (if not null) = (1 - momentum) * running + momentum * (mean, var * M / (M - 1)).
+cudaError_t bn_forward_stats(const void* x, BnDtype dt, int64_t M, int64_t C, const float* weight, const float* bias,
+                      float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
+                      float* save_invstd, float* scale, float* shift, float* workspace, cudaStream_t stream);
+
+// scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale.
+cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const float* running_mean, const float* running_var,
+                         float eps, int64_t C, float* scale, float* shift, cudaStream_t stream);
+
+// y = x * scale + shift (+ z) (then max(., 0) when relu); z may be null. x, z, y: M x C.
+cudaError_t bn_apply(const void* x, const void* z, void* y, BnDtype dt, int64_t M, int64_t C, const float* scale,
+              const float* shift, bool relu, cudaStream_t stream);
+
+// The gradients of y = act(bn(x) (+ z)) given dy: g = dy, masked by y > 0 when relu; dbias = sum g,
+// dweight = sum g * xhat; dx = weight * invstd * (g - dbias / M - xhat * dweight / M); dz (if not null) = g.
+cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, BnDtype dt, int64_t M, int64_t C,
+                 const float* weight, const float* save_mean, const float* save_invstd, bool relu, float* dweight,
+                 float* dbias, float* workspace, cudaStream_t stream);
+
+}  // namespace trainer::kernels

@@ -1,0 +1,123 @@
+#include "models/fused_batchnorm.h"
+
+#include <torch/torch.h>
+
+#include "core/check.h"
+
+#ifdef TRAINER_WITH_BN_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/batchnorm_nhwc.h"
+#endif
+
+namespace trainer {
+
+#ifdef TRAINER_WITH_BN_KERNELS
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+kernels::BnDtype dtype_of(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? kernels::BnDtype::bf16 : kernels::BnDtype::fp16;
+}
+
+void check(cudaError_t e, const char* what) {
+  TRAINER_CHECK(e == cudaSuccess, "fused batch norm (", what, "): ", cudaGetErrorString(e));
+}
+
+cudaStream_t stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+float* f32(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
+                               torch::Tensor bias, torch::Tensor running_mean, torch::Tensor running_var,
+                               double momentum, double eps, bool relu) {
+    const int64_t C = x.size(1), M = x.numel() / C;
+    const auto f = x.options().dtype(torch::kFloat32);
+    torch::Tensor y = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
+    torch::Tensor mean = torch::empty({C}, f), invstd = torch::empty({C}, f);
+    torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);
+    torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
+    const cudaStream_t s = stream_of(x);
+    check(kernels::bn_forward_stats(x.data_ptr(), dtype_of(x), M, C, f32(weight), f32(bias), static_cast<float>(eps),
+                                    static_cast<float>(momentum), f32(running_mean), f32(running_var), f32(mean),
+                                    f32(invstd), f32(scale), f32(shift), f32(ws), s),
+          "statistics");
+    check(kernels::bn_apply(x.data_ptr(), z.defined() ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
+                            f32(scale), f32(shift), relu, s),
+          "apply");
+    ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, mean, invstd});
+    ctx->saved_data["relu"] = relu;
+    ctx->saved_data["has_z"] = z.defined();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    const bool relu = ctx->saved_data["relu"].toBool(), has_z = ctx->saved_data["has_z"].toBool();
+    const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
+    const int64_t C = x.size(1), M = x.numel() / C;
+    const auto f = x.options().dtype(torch::kFloat32);
+    torch::Tensor dx = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
+    torch::Tensor dz = has_z ? torch::empty_like(x, torch::MemoryFormat::ChannelsLast) : torch::Tensor();
+    torch::Tensor dweight = torch::empty({C}, f), dbias = torch::empty({C}, f);
+    torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
+    check(kernels::bn_backward(dy.data_ptr(), relu ? y.data_ptr() : nullptr, x.data_ptr(), dx.data_ptr(),
+                               has_z ? dz.data_ptr() : nullptr, dtype_of(x), M, C, f32(weight), f32(mean), f32(invstd),
+                               relu, f32(dweight), f32(dbias), f32(ws), stream_of(x)),
+          "backward");
+    return {dx, dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+#endif
+
+bool fused_batchnorm_built() {
+#ifdef TRAINER_WITH_BN_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool fused_batchnorm_applies(const torch::Tensor& x, bool training) {
+  if (!fused_batchnorm_built() || !x.defined() || !x.is_cuda() || x.dim() != 4) return false;
+  if (x.scalar_type() != torch::kBFloat16 && x.scalar_type() != torch::kHalf) return false;
+  if (!x.is_contiguous(torch::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
+  if (training) return x.numel() / x.size(1) > 1;  // ATen's error for one value per channel stays ATen's
+  return !(torch::GradMode::is_enabled() && x.requires_grad());
+}
+
+torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
+                              const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
+                              double momentum, double eps, bool training, bool relu) {
+#ifdef TRAINER_WITH_BN_KERNELS
+  TRAINER_CHECK(weight.scalar_type() == torch::kFloat32 && running_mean.scalar_type() == torch::kFloat32,
+                "fused batch norm: parameters and running statistics must be float32");
+  TRAINER_CHECK(!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type() &&
+                                 z.is_contiguous(torch::MemoryFormat::ChannelsLast)),
+                "fused batch norm: the residual must have the input's shape, dtype and channels_last layout");
+  if (training)
+    return FusedBatchNorm::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, relu);
+  const int64_t C = x.size(1), M = x.numel() / C;
+  const auto f = x.options().dtype(torch::kFloat32);
+  torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);
+  torch::Tensor y = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
+  const cudaStream_t s = stream_of(x);
+  check(kernels::bn_eval_scale_shift(f32(weight), f32(bias), f32(running_mean), f32(running_var),
+                                     static_cast<float>(eps), C, f32(scale), f32(shift), s),
+        "eval scale");
+  check(kernels::bn_apply(x.data_ptr(), z.defined() ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
+                          f32(scale), f32(shift), relu, s),
+        "eval apply");
+  return y;
+#else
+  TRAINER_FAIL("fused batch norm: this build has no CUDA kernels of its own (no nvcc)");
+#endif
+}
+
+}  // namespace trainer

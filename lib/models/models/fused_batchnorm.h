@@ -1,0 +1,21 @@
+// Batch norm fused with the residual add and ReLU after it, in our NHWC kernels (lib/kernels), as one autograd
+// function: for channels_last bf16/fp16 CUDA activations with fp32 parameters and running statistics. Training
+// uses batch statistics and updates the running ones as torch does (momentum, unbiased variance); evaluation uses
+// the running ones. Where it does not apply (a build without the kernels, the CPU, NCHW, fp32) callers keep ATen.
+#pragma once
+#include <torch/types.h>
+
+namespace trainer {
+
+// Whether this build has the kernels (nvcc was found).
+bool fused_batchnorm_built();
+// Whether they take x now: CUDA, 4-D, channels_last contiguous, bf16 or fp16, more than one value per channel in
+// training; in evaluation only without autograd (the fused function has no eval backward).
+bool fused_batchnorm_applies(const torch::Tensor& x, bool training);
+// y = relu?(batch_norm(x) + z); z undefined for none (else x's shape and dtype). Updates the running statistics in
+// training.
+torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
+                              const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
+                              double momentum, double eps, bool training, bool relu);
+
+}  // namespace trainer
