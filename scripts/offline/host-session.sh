@@ -575,9 +575,9 @@ PY
     # against PyTorch eager and torch.compile in this call, bf16 and fp16, and with model.fused_norm off
     build/tests/engine/engine_gpu_test --gtest_filter='FusedBatchNorm.*' > "$out/fused_bn_test.log" 2>&1
     grep -E "fused .* ms|step [0-9]: loss|OK \]|FAILED|Failure" "$out/fused_bn_test.log" | head -80
+    SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     NO_COMPILE=1 scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
-    SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \

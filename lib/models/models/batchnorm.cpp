@@ -76,7 +76,9 @@ torch::Tensor SyncableBatchNorm2dImpl::forward_unfused(const torch::Tensor& x) {
 }
 
 void set_fused_batchnorm(torch::nn::Module& m, bool on) {
-  for (auto& kv : m.named_modules("", /*include_self=*/true))
+  // not named_modules(include_self): m may be under construction, not yet held by a shared_ptr
+  if (auto* self = m.as<SyncableBatchNorm2dImpl>()) self->set_fused(on);
+  for (auto& kv : m.named_modules("", /*include_self=*/false))
     if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) bn->set_fused(on);
 }
 

@@ -31,6 +31,7 @@ cudaStream_t stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUD
 float* f32(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
+  // z: the residual, or an empty tensor for none
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
                                torch::Tensor bias, torch::Tensor running_mean, torch::Tensor running_var,
                                double momentum, double eps, bool relu) {
@@ -45,12 +46,13 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
                                     static_cast<float>(momentum), f32(running_mean), f32(running_var), f32(mean),
                                     f32(invstd), f32(scale), f32(shift), f32(ws), s),
           "statistics");
-    check(kernels::bn_apply(x.data_ptr(), z.defined() ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
+    const bool has_z = z.numel() > 0;
+    check(kernels::bn_apply(x.data_ptr(), has_z ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
                             f32(scale), f32(shift), relu, s),
           "apply");
     ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, mean, invstd});
     ctx->saved_data["relu"] = relu;
-    ctx->saved_data["has_z"] = z.defined();
+    ctx->saved_data["has_z"] = has_z;
     return y;
   }
 
@@ -101,8 +103,9 @@ torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, co
   TRAINER_CHECK(!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type() &&
                                  z.is_contiguous(torch::MemoryFormat::ChannelsLast)),
                 "fused batch norm: the residual must have the input's shape, dtype and channels_last layout");
-  if (training)
-    return FusedBatchNorm::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, relu);
+  if (training)  // autograd functions take defined tensors only: no residual is an empty one
+    return FusedBatchNorm::apply(x, z.defined() ? z : x.new_empty({0}), weight, bias, running_mean, running_var,
+                                 momentum, eps, relu);
   const int64_t C = x.size(1), M = x.numel() / C;
   const auto f = x.options().dtype(torch::kFloat32);
   torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);
