@@ -68,7 +68,7 @@ struct ReduceShape {
 
 ReduceShape reduce_shape(int64_t M, int64_t C, int vec) {
   ReduceShape s;
-  const int64_t cv = C / vec;
+  const int64_t cv = std::max<int64_t>(C / vec, 1);
   while (s.tx < cv && s.tx < 32) s.tx *= 2;
   s.ty = kThreads / s.tx;
   s.grid_x = static_cast<int>((cv + s.tx - 1) / s.tx);
@@ -343,7 +343,9 @@ void backward(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int6
 }  // namespace
 
 int64_t bn_workspace_floats(int64_t M, int64_t C) {
-  const int grid_y = std::max(reduce_shape(M, C, 1).grid_y, reduce_shape(M, C, kMaxVec).grid_y);
+  // the partials of whichever width the launch picks (8-wide only where C is a multiple of 8)
+  const int grid_y = C % kMaxVec == 0 ? std::max(reduce_shape(M, C, 1).grid_y, reduce_shape(M, C, kMaxVec).grid_y)
+                                      : reduce_shape(M, C, 1).grid_y;
   return 2 * int64_t(grid_y) * C + 3 * C;
 }
 
