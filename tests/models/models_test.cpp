@@ -6,8 +6,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "config/config.h"
 #include "core/check.h"
 #include "core/strings.h"
+#include "models/batchnorm.h"
+#include "models/fused_batchnorm.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "models/vit.h"
@@ -329,6 +332,31 @@ for name in ["pos_embed", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight",
     EXPECT_NEAR(beyond, p, 6 * std::sqrt(2 * p * (1 - p) / n)) << f[0];
   }
   EXPECT_NE(r.output.find("blocks.0.attn.qkv.weight"), std::string::npos) << r.output;
+}
+
+
+// model.fused_norm only changes CUDA bf16 channels_last runs: on the CPU both settings give the same outputs and
+// gradients bit for bit through ATen's ops, and no layer reports the fused kernels.
+TEST(Models, FusedNormKeepsTheCpuPath) {
+  ModelConfig c;
+  c.name = "resnet18";
+  c.num_classes = 10;
+  c.in_chans = 3;
+  auto fused = create_model(c, 64);
+  c.fused_norm = "off";
+  auto plain = create_model(c, 64);
+  load_state_dict(*plain, state_dict(*fused), LoadMode::strict, "copy");
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 3, 64, 64});
+  const auto a = fused->forward(x), b = plain->forward(x);
+  EXPECT_TRUE(torch::equal(a, b));
+  a.sum().backward();
+  b.sum().backward();
+  auto pb = plain->named_parameters();
+  for (const auto& kv : fused->named_parameters()) EXPECT_TRUE(torch::equal(kv.value().grad(), pb[kv.key()].grad())) << kv.key();
+  EXPECT_EQ(fused_batchnorm_layers(*fused), std::make_pair(0, 20));
+  EXPECT_FALSE(fused_batchnorm_applies(x, /*training=*/true));
+  EXPECT_THROW(config_from_overrides({"model.fused_norm=on"}), ConfigError);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "dist/process_group.h"
+#include "models/batchnorm.h"
 #include "models/registry.h"
 #include "runtime/env.h"
 #include "runtime/step_timer.h"
@@ -97,6 +98,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
                    {"accum_steps", k},
                    {"data", pipeline ? "pipeline: " + cfg.data.source + " " + cfg.data.root + "/" + cfg.data.train_split
                                      : std::string("synthetic, resident on the device")}};
+  const auto fused = fused_batchnorm_layers(*t.model());
+  if (fused.second > 0) j["fused_norm"] = str_cat(fused.first, " of ", fused.second, " batch-norm layers fused");
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
   if (automatic) j["decode_auto"] = automatic->why();

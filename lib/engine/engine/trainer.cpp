@@ -935,6 +935,14 @@ FitResult Trainer::fit_epochs() {
       images_epoch += batch.labels.size(0);
       if (!stepped) continue;
       ++steps_epoch;
+      if (step_ == step_at_start + 1 && ctx_.writer() && ctx_.device.is_cuda()) {  // once: which norm ran
+        const auto fused = fused_batchnorm_layers(*model_);
+        if (fused.second > 0)
+          log::info("model.fused_norm ", cfg_.model.fused_norm, ": ", fused.first, " of ", fused.second,
+                    " batch-norm layers ran trainer's fused kernels",
+                    fused.first < fused.second ? " (the others: ATen's; fused needs CUDA, channels_last, bf16, no sync_bn)"
+                                               : "");
+      }
       if (step_ % cfg_.run.log_interval == 0) {
         check_nonfinite_run();
         const double loss = take_train_loss();  // the one sync per interval: the step events are complete now

@@ -165,6 +165,15 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
   }
 }
 
+// channel c's two sums over the reduction's grid.y partials, in double
+__device__ __forceinline__ void sum_partials(const float* __restrict__ partial, int grid_y, int C, int c, double* a,
+                                             double* b) {
+  for (int j = 0; j < grid_y; ++j) {
+    *a += partial[int64_t(j) * C + c];
+    *b += partial[(int64_t(grid_y) + j) * C + c];
+  }
+}
+
 template <typename T>
 __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict__ partial, int grid_y, int64_t M, int C,
                                const float* weight, const float* bias, float eps, float momentum, float* running_mean,
@@ -172,10 +181,7 @@ __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict_
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   double sa = 0, sb = 0;
-  for (int j = 0; j < grid_y; ++j) {
-    sa += partial[int64_t(j) * C + c];
-    sb += partial[(int64_t(grid_y) + j) * C + c];
-  }
+  sum_partials(partial, grid_y, C, c, &sa, &sb);
   const double n = static_cast<double>(M);
   const double shifted = sa / n;
   const double var = fmax(sb / n - shifted * shifted, 0.0);  // biased, as the normalisation uses
@@ -207,10 +213,7 @@ __global__ void finalize_backward(const float* __restrict__ partial, int grid_y,
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   double sg = 0, sgx = 0;
-  for (int j = 0; j < grid_y; ++j) {
-    sg += partial[int64_t(j) * C + c];
-    sgx += partial[(int64_t(grid_y) + j) * C + c];
-  }
+  sum_partials(partial, grid_y, C, c, &sg, &sgx);
   const double is = invstd[c], n = static_cast<double>(M);
   const double dw = sgx * is;  // sum g * xhat
   if (dweight) dweight[c] = static_cast<float>(dw);

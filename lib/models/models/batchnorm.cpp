@@ -85,6 +85,16 @@ void set_fused_batchnorm(torch::nn::Module& m, bool on) {
     if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) bn->set_fused(on);
 }
 
+std::pair<int, int> fused_batchnorm_layers(torch::nn::Module& m) {
+  std::pair<int, int> n{0, 0};
+  for (auto& kv : m.named_modules("", /*include_self=*/false))
+    if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) {
+      n.first += bn->ran_fused() ? 1 : 0;
+      ++n.second;
+    }
+  return n;
+}
+
 int enable_sync_batchnorm(torch::nn::Module& m, const AllReduceFn& fn) {
   int n = 0;
   for (auto& kv : m.named_modules("", /*include_self=*/true))

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include <functional>
+#include <utility>
 
 namespace trainer {
 
@@ -36,6 +37,8 @@ TORCH_MODULE(SyncableBatchNorm2d);
 
 // model.fused_norm: every SyncableBatchNorm2d in `m` fuses where it can (on) or never (off).
 void set_fused_batchnorm(torch::nn::Module& m, bool on);
+// How many of m's SyncableBatchNorm2d layers ran the fused kernels in their last forward, and how many there are.
+std::pair<int, int> fused_batchnorm_layers(torch::nn::Module& m);
 // Gives every SyncableBatchNorm2d in `m` the collective; returns how many there are.
 int enable_sync_batchnorm(torch::nn::Module& m, const AllReduceFn& fn);
 
