@@ -132,15 +132,6 @@ std::vector<std::string> losses(const std::string& metrics) {
   return out;
 }
 
-pid_t spawn(const std::string& cmd, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", (cmd + " > " + test::shell_quote(log) + " 2>&1").c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  return pid;
-}
-
 TEST(Resume, KilledRunResumesBitIdentically) {
   test::TempDir dir;
   // uninterrupted reference
@@ -148,7 +139,7 @@ TEST(Resume, KilledRunResumesBitIdentically) {
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   // the same run, SIGKILLed once its step-16 checkpoint exists (mid-epoch 2), then resumed
   const std::string b = dir.file("b");
-  const pid_t pid = spawn("exec " + run_args(b), dir.file("b1.log"));
+  const pid_t pid = test::spawn(run_args(b), dir.file("b1.log"));
   const std::string want = CheckpointDir(b + "/default/checkpoints").path_for(16);
   const auto t0 = std::chrono::steady_clock::now();
   auto logged_past_16 = [&] {  // the step-16 checkpoint exists and the run logged step 17 after it
@@ -345,7 +336,7 @@ TEST(Resume, DiskFullKeepsThePreviousCheckpoint) {
 TEST(Resume, SigtermWritesCheckpointAndExitsThree) {
   test::TempDir dir;
   const std::string b = dir.file("b");
-  const pid_t pid = spawn("exec " + run_args(b) + " --set checkpoint.every_steps=0", dir.file("log"));
+  const pid_t pid = test::spawn(run_args(b) + " --set checkpoint.every_steps=0", dir.file("log"));
   const std::string metrics = b + "/default/metrics.jsonl";
   const auto t0 = std::chrono::steady_clock::now();
   while ((!fs::exists(metrics) || fs::file_size(metrics) < 200) &&

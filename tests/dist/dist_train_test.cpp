@@ -33,14 +33,7 @@ std::string args(const std::string& out, int batch) {
          " --set optim.warmup_epochs=0 --set run.log_interval=1 --set checkpoint.every_epoch=false";
 }
 
-pid_t spawn(const std::string& cmd, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + test::shell_quote(log) + " 2>&1").c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  return pid;
-}
+using test::spawn;
 
 std::string env(int rank, int port) {
   return "env RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +

@@ -121,13 +121,9 @@ TEST(Launcher, TwoRanksTrainAndSigtermReachesBoth) {
 
   // a long run, stopped by SIGTERM to the launcher: every rank stops at a step, rank 0 saves, exit 3
   const std::string log = dir.file("b.log");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string cmd = "exec " + t + " launch --nproc-per-node 2 --master-port " + std::to_string(port()) +
-                            " --" + train_args(dir.file("b")) + " --set train.epochs=100 > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    _exit(127);
-  }
+  const pid_t pid = test::spawn(t + " launch --nproc-per-node 2 --master-port " + std::to_string(port()) + " --" +
+                                     train_args(dir.file("b")) + " --set train.epochs=100",
+                                 log);
   const std::string metrics = dir.file("b/default/metrics.jsonl");
   const auto t0 = std::chrono::steady_clock::now();
   while ((!fs::exists(metrics) || fs::file_size(metrics) < 300) &&

@@ -238,16 +238,12 @@ TEST(Gpu, StopUnderLaunchIsAgreedSoonWhateverTheLogInterval) {
   REQUIRE_GPU();
   test::TempDir dir;
   const std::string cmd =
-      "exec " + test::shell_quote(test::trainer_binary()) + " launch --nproc-per-node 1 --master-port " +
+      test::shell_quote(test::trainer_binary()) + " launch --nproc-per-node 1 --master-port " +
       std::to_string(21000 + ::getpid() % 20000) + " -- --config " + test::source_dir() + "/configs/bench.yaml" +
       " --set model.name=resnet18 --set data.image_size=64 --set data.synthetic_samples=2048 --set data.batch_size=64" +
       " --set train.epochs=100000 --set run.log_interval=100000 --set checkpoint.every_epoch=false" +
-      " --set train.eval_interval=0 --set run.out_dir=" + dir.path() + " > " + dir.file("log") + " 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+      " --set train.eval_interval=0 --set run.out_dir=" + dir.path();
+  const pid_t pid = test::spawn(cmd, dir.file("log"));
   const std::string train_log = dir.file("default/train.log");
   auto t0 = std::chrono::steady_clock::now();
   while ((!fs::exists(train_log) || fs::read_text(train_log).find("epoch 3 done") == std::string::npos) &&

@@ -326,13 +326,20 @@ void decode_png(const uint8_t* data, size_t size, RgbImage& out, const std::stri
   }
 }
 
+namespace {
+void check_pixel_limit(int w, int h, const std::string& name) {
+  TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, name, ": refusing a ", w, "x", h,
+                " image (limit ", kMaxImagePixels, " pixels)");
+}
+}  // namespace
+
 void read_image_size(JpegDecoder& jpeg, const uint8_t* data, size_t size, const std::string& name, int* w, int* h) {
   switch (sniff_format(data, size)) {
     case ImageFormat::jpeg: {
       const JpegInfo i = jpeg.read_info(data, size, name);
       *w = i.width;
       *h = i.height;
-      return;
+      return check_pixel_limit(*w, *h, name);
     }
     case ImageFormat::png: {
       png_image img;
@@ -342,7 +349,7 @@ void read_image_size(JpegDecoder& jpeg, const uint8_t* data, size_t size, const 
       *w = static_cast<int>(img.width);
       *h = static_cast<int>(img.height);
       png_image_free(&img);
-      return;
+      return check_pixel_limit(*w, *h, name);
     }
     case ImageFormat::unknown:
       break;

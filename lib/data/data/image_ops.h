@@ -34,7 +34,7 @@ ImageFormat sniff_format(const uint8_t* data, size_t size);
 
 // Decodes a whole PNG (any bit depth / palette / gray / alpha) to RGB. Throws Error naming `name`.
 void decode_png(const uint8_t* data, size_t size, RgbImage& out, const std::string& name);
-// Image size from the header (JPEG or PNG), without decoding pixels.
+// Image size from the header (JPEG or PNG), without decoding pixels; refused (Error) past kMaxImagePixels.
 void read_image_size(JpegDecoder& jpeg, const uint8_t* data, size_t size, const std::string& name, int* w, int* h);
 
 }  // namespace trainer

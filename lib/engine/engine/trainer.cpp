@@ -692,20 +692,25 @@ std::string Trainer::find_resume(CheckpointState* state) {
   const std::string& r = cfg_.checkpoint.resume;
   if (r.empty()) return "";
   const CheckpointDir dir(fs::join_path(fs::join_path(cfg_.run.out_dir, cfg_.run.name), "checkpoints"));
+  // reads `path` into *state; "" or why it could not
+  auto load = [&](const std::string& path) -> std::string {
+    try {
+      *state = read_checkpoint(path);
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
   std::string path, problem;
   if (ctx_.rank == 0) {
     path = r == "auto" ? dir.latest_valid() : r;
     if (path.empty()) log::info("resume auto: no checkpoint in ", dir.dir());
-    else if (!ctx_.dist) *state = read_checkpoint(path);  // a named path must verify, or the run stops
-    else {
-      try {
-        *state = read_checkpoint(path);
-      } catch (const Error& e) {
-        problem = e.what();
-      }
-    }
+    else problem = load(path);
   }
-  if (!ctx_.dist) return path;
+  if (!ctx_.dist) {
+    if (!problem.empty()) TRAINER_FAIL(problem);  // a named path must verify, or the run stops
+    return path;
+  }
   // rank 0's choice: [step or -1, whether it failed]
   auto f = torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device);
   auto choice = ctx_.rank == 0 ? torch::tensor({path.empty() || !problem.empty() ? -1.0 : double(state->step),
@@ -720,14 +725,10 @@ std::string Trainer::find_resume(CheckpointState* state) {
   }
   if (ctx_.rank != 0 && step >= 0) {
     path = r == "auto" ? dir.path_for(step) : r;
-    try {
-      *state = read_checkpoint(path);
-      if (state->step != step)
-        problem = str_cat(path, " holds step ", state->step, ", rank 0's checkpoint step ", step);
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-  } else if (ctx_.rank != 0 && r == "auto" && !dir.latest_valid().empty()) {
+    problem = load(path);
+    if (problem.empty() && state->step != step)
+      problem = str_cat(path, " holds step ", state->step, ", rank 0's checkpoint step ", step);
+  } else if (ctx_.rank != 0 && r == "auto" && !dir.list().empty()) {
     log::warn("resume auto: rank 0 found no checkpoint, so this rank starts fresh too although ", dir.dir(),
               " holds some (each rank reads its own run folder)");
   }

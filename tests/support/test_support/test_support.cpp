@@ -29,6 +29,15 @@ TempDir::~TempDir() {
   fs::remove_tree(path_);
 }
 
+pid_t spawn(const std::string& cmd, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + shell_quote(log) + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
 CommandResult run_command(const std::string& cmd) {
   CommandResult r;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");

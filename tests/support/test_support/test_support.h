@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
 #include <string>
 
 namespace trainer::test {
@@ -27,6 +29,9 @@ struct CommandResult {
 
 // Runs `cmd` through /bin/sh, capturing stdout+stderr.
 CommandResult run_command(const std::string& cmd);
+// Starts `cmd` in the background (/bin/sh execs it, so the pid is the command's own), stdout+stderr to `log`;
+// the caller waits for the pid.
+pid_t spawn(const std::string& cmd, const std::string& log);
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
 bool path_exists(const std::string& path);
