@@ -29,10 +29,7 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 
 torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
   // SyncBatchNorm sums its statistics over ranks: the fused kernels do not (yet)
-  // bf16 only for now: in fp16 ATen takes cuDNN's NHWC batch norm, which ran ResNet-50 faster than these kernels
-  // (bench/results/2026-12-01_h200/run53_fused_bn)
-  const bool fuse = fused_ && x.scalar_type() == torch::kBFloat16 && !all_reduce_ && options.affine() &&
-                    options.track_running_stats() &&
+  const bool fuse = fused_ && !all_reduce_ && options.affine() && options.track_running_stats() &&
                     options.momentum().has_value() && fused_batchnorm_applies(x, is_training()) &&
                     (!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type()));
   ran_fused_ = fuse;

@@ -9,8 +9,9 @@ namespace trainer {
 
 // Whether this build has the kernels (nvcc was found).
 bool fused_batchnorm_built();
-// Whether they take x now: CUDA, 4-D, channels_last contiguous, bf16 or fp16, more than one value per channel in
-// training; in evaluation only without autograd (the fused function has no eval backward).
+// Whether the models use them for x: CUDA, 4-D, channels_last contiguous, bf16 (fp16 works but is slower than
+// cuDNN's), more than one value per channel in training; in evaluation only without autograd (the fused function
+// has no eval backward).
 bool fused_batchnorm_applies(const torch::Tensor& x, bool training);
 // y = relu?(batch_norm(x) + z); z undefined for none (else x's shape and dtype). Updates the running statistics in
 // training.
