@@ -9,7 +9,8 @@ cd "$root"
 
 apt_pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv python3-pip
           libyaml-cpp-dev libspdlog-dev libgtest-dev nlohmann-json3-dev libgloo-dev
-          libopencv-core-dev libopencv-imgproc-dev libturbojpeg0-dev libjpeg-dev libpng-dev zlib1g-dev)
+          libopencv-core-dev libopencv-imgproc-dev libturbojpeg0-dev libjpeg-dev libpng-dev zlib1g-dev
+          iproute2)  # iproute2: the two-host test (network namespaces; it skips without root)
 optional_pkgs=(dataset-fashion-mnist)   # the default run's data; absent from some distributions
 
 missing=()
