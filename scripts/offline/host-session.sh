@@ -30,7 +30,10 @@
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run; the step against PyTorch eager after issue 23's changes)
-#   fusedbn (issue 24: the fused batch-norm harness, ResNet-50 against eager and torch.compile, fused_norm off)
+#   fusedbn (issue 24: the fused batch-norm harness and GPU tests, ResNet-50 bf16 against eager and torch.compile,
+#     fused_norm off)
+#   fusedbn16 (issue 24 in fp16: ResNet-50 with cuDNN's batch norm, with the fused kernels, eager, torch.compile)
+#   bnprof (issue 24: ResNet-50 bf16 steps profiled fused, with model.fused_norm off, and PyTorch under torch.compile)
 #   stopdist (a rank under `trainer launch` on NCCL stops within about a second of SIGTERM, whatever the log interval)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
 set -uo pipefail
@@ -573,11 +576,29 @@ PY
     ;;
   fusedbn)  # issue 24: the fused batch-norm kernels' harness (right and fast per ResNet-50 shape), then ResNet-50
     # against PyTorch eager and torch.compile in this call, bf16 and fp16, and with model.fused_norm off
-    build/tests/engine/engine_gpu_test --gtest_filter='FusedBatchNorm.*' > "$out/fused_bn_test.log" 2>&1
-    grep -E "fused .* ms|step [0-9]: loss|OK \]|FAILED|Failure" "$out/fused_bn_test.log" | head -80
+    stdbuf -oL build/tests/models/models_gpu_test > "$out/fused_bn_test.log" 2>&1
+    stdbuf -oL build/tests/engine/engine_gpu_test --gtest_filter='FusedBatchNorm.*:*CudaGraph*' >> "$out/fused_bn_test.log" 2>&1
+    grep -E " ms|step [0-9]: loss|OK \]|FAILED|Failure" "$out/fused_bn_test.log" | head -80
     SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    NO_COMPILE=1 scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
+    ;;
+  fusedbn16)  # issue 24 in fp16: auto (cuDNN's batch norm), eager, torch.compile, then model.fused_norm on
+    scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
+    SKIP_PYTORCH=1 EXTRA=model.fused_norm=on SUFFIX=_fused scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
+    ;;
+  bnprof)  # where ResNet-50 bf16's step goes: fused batch norm against off, and against torch.compile (2 steps each)
+    for fn in auto off; do
+      $T --config configs/bench.yaml --set data.synthetic_samples=8192 --set train.epochs=1 --set train.max_steps=24 \
+        --set data.eval_split= --set train.eval_interval=0 --set checkpoint.every_epoch=false \
+        --set model.fused_norm=$fn --set run.out_dir="$out/rn50" --set run.name=$fn --profile 20:22 \
+        > "$out/rn50_$fn.log" 2>&1 || tail -20 "$out/rn50_$fn.log"
+    done
+    python3 scripts/profile_pytorch.py --model resnet50 --precision bf16 --channels-last --compile \
+      --out "$out/rn50_compile_trace.json" > "$out/rn50_compile.log" 2>&1 || tail -20 "$out/rn50_compile.log"
+    python3 scripts/kernel_table.py "$out/rn50/auto/trace.json" "$out/rn50/off/trace.json" --top 40 \
+      | tee "$out/rn50_kernels_fused_vs_off.txt"
+    python3 scripts/kernel_table.py "$out/rn50/auto/trace.json" "$out/rn50_compile_trace.json" --top 40 \
+      | tee "$out/rn50_kernels_fused_vs_compile.txt"
     ;;
   fmnist)
     $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \

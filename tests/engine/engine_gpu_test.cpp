@@ -161,6 +161,11 @@ TEST_P(CudaGraph, ReplayedStepMatchesEagerStep) {
                                           << " eager " << le[i];
   }
   EXPECT_LT(le.back(), le.front()) << "the eager run did not learn the fixed batches";
+  // ResNet in bf16 captures the fused batch-norm kernels (model.fused_norm auto)
+  if (g.model.rfind("resnet", 0) == 0 && g.precision == "bf16" && fused_batchnorm_built()) {
+    const auto [fused, all] = fused_batchnorm_layers(*graph.model());
+    EXPECT_EQ(fused, all) << "batch norms that ran fused in the captured step";
+  }
 }
 
 // train.cuda_graph while a loader's threads make their own CUDA calls (copies, event queries, nvJPEG): the
@@ -261,100 +266,7 @@ TEST(Gpu, StopUnderLaunchIsAgreedSoonWhateverTheLogInterval) {
   EXPECT_FALSE(CheckpointDir(dir.file("default/checkpoints")).latest_valid().empty());
 }
 
-// ---- fused batch norm (model.fused_norm) ----
-
-// relu(batch_norm(x) + z) fused in our NHWC kernels against ATen's batch_norm + add + relu in fp32 on the same
-// (bf16/fp16-rounded) values, over every ResNet-50 layer shape at batch 256 and odd ones (channels not a multiple of
-// 8, one image, tiny grids). Statistics and running statistics are computed from the same inputs in fp32/double:
-// 1e-4 relative. The outputs and gradients are rounded to the 8 (bf16) or 11 (fp16) bit mantissa once, and the
-// ReLU mask may differ where an output rounds across 0: 2e-2 relative in the L2 norm. Each shape is also timed
-// against ATen's bf16 ops (forward + backward), with the bytes the fused passes must move.
-TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50ShapesAndTimesThem) {
-  REQUIRE_GPU();
-  if (!fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)";
-  const torch::Device dev(torch::kCUDA, 0);
-  struct Shape {
-    int64_t n, c, h, w;
-  };
-  const std::vector<Shape> shapes = {{256, 64, 112, 112}, {256, 64, 56, 56},  {256, 256, 56, 56}, {256, 128, 56, 56},
-                                     {256, 128, 28, 28},  {256, 512, 28, 28}, {256, 256, 28, 28}, {256, 256, 14, 14},
-                                     {256, 1024, 14, 14}, {256, 512, 14, 14}, {256, 512, 7, 7},   {256, 2048, 7, 7},
-                                     {1, 2048, 7, 7},     {3, 24, 5, 7},      {2, 13, 9, 11},     {4, 3, 1, 1}};
-  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm() / b.to(torch::kFloat64).norm().clamp_min(1e-30))
-        .item<double>();
-  };
-  for (const auto dtype : {torch::kBFloat16, torch::kHalf})
-    for (const Shape& sh : shapes)
-      for (const bool add_relu : {true, false}) {
-        if (!add_relu && sh.n == 256 && sh.c != 64) continue;  // the plain variant on the first and small shapes
-        SCOPED_TRACE(testing::Message() << (dtype == torch::kHalf ? "fp16 " : "bf16 ") << sh.n << "x" << sh.c << "x"
-                                        << sh.h << "x" << sh.w << (add_relu ? " +add+relu" : ""));
-        torch::manual_seed(1);
-        auto cl = [&](torch::Tensor t) { return t.to(dev, dtype).contiguous(torch::MemoryFormat::ChannelsLast); };
-        const auto o32 = torch::TensorOptions().device(dev).dtype(torch::kFloat32);
-        torch::Tensor x = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}) * 2 + 0.5);
-        torch::Tensor z = add_relu ? cl(torch::randn({sh.n, sh.c, sh.h, sh.w})) : torch::Tensor();
-        torch::Tensor dy = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}));
-        torch::Tensor w = (torch::rand({sh.c}, o32) + 0.5).requires_grad_(true), b = torch::randn({sh.c}, o32).requires_grad_(true);
-        torch::Tensor rm = torch::randn({sh.c}, o32), rv = torch::rand({sh.c}, o32) + 0.5;
-        // reference: fp32 ATen on the same rounded values
-        torch::Tensor xr = x.to(torch::kFloat32).requires_grad_(true);
-        torch::Tensor zr = add_relu ? z.to(torch::kFloat32).requires_grad_(true) : torch::Tensor();
-        torch::Tensor wr = w.detach().clone().requires_grad_(true), br = b.detach().clone().requires_grad_(true);
-        torch::Tensor rmr = rm.clone(), rvr = rv.clone();
-        torch::Tensor yr = torch::batch_norm(xr, wr, br, rmr, rvr, /*training=*/true, 0.1, 1e-5, false);
-        if (add_relu) yr = (yr + zr).relu();
-        yr.backward(dy.to(torch::kFloat32));
-        // ours
-        torch::Tensor xf = x.detach().clone().requires_grad_(true);
-        torch::Tensor zf = add_relu ? z.detach().clone().requires_grad_(true) : torch::Tensor();
-        torch::Tensor y = fused_batchnorm(xf, zf, w, b, rm, rv, 0.1, 1e-5, /*training=*/true, /*relu=*/add_relu);
-        y.backward(dy);
-        const double tol = 2e-2;
-        EXPECT_TRUE(y.is_contiguous(torch::MemoryFormat::ChannelsLast));
-        EXPECT_LT(rel(y, yr), tol);
-        EXPECT_LT(rel(xf.grad(), xr.grad()), tol);
-        if (add_relu) EXPECT_LT(rel(zf.grad(), zr.grad()), tol);
-        EXPECT_LT(rel(w.grad(), wr.grad()), tol);
-        EXPECT_LT(rel(b.grad(), br.grad()), tol);
-        EXPECT_LT(rel(rm, rmr), 1e-4);
-        EXPECT_LT(rel(rv, rvr), 1e-4);
-        // evaluation: running statistics, no autograd
-        {
-          torch::NoGradGuard ng;
-          torch::Tensor ye = fused_batchnorm(x, z, w, b, rm, rv, 0.1, 1e-5, /*training=*/false, add_relu);
-          torch::Tensor yer = torch::batch_norm(x.to(torch::kFloat32), w, b, rm, rv, false, 0.1, 1e-5, false);
-          if (add_relu) yer = (yer + z.to(torch::kFloat32)).relu();
-          EXPECT_LT(rel(ye, yer), tol);
-        }
-        if (sh.n != 256 || !add_relu) continue;
-        // time: fused forward + backward against ATen's bf16/fp16 batch_norm (+ add + relu), 10 runs each
-        auto time_ms = [&](const std::function<void()>& f) {
-          for (int i = 0; i < 2; ++i) f();
-          torch::cuda::synchronize();
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < 10; ++i) f();
-          torch::cuda::synchronize();
-          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
-        };
-        const double fused = time_ms([&] {
-          torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
-          fused_batchnorm(xi, zi, w, b, rm, rv, 0.1, 1e-5, true, true).backward(dy);
-        });
-        const double aten = time_ms([&] {
-          torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
-          (torch::batch_norm(xi, w, b, rm, rv, true, 0.1, 1e-5, false) + zi).relu().backward(dy);
-        });
-        // bytes the fused passes move: forward reads x twice, z once, writes y; backward reads dy, y, x twice,
-        // writes dx and dz
-        const double bytes = static_cast<double>(x.numel()) * x.element_size() * (4 + 7);
-        std::printf("  %s %lldx%lldx%lldx%lld: fused %.3f ms (%.2f TB/s of the minimum traffic), ATen %.3f ms: %.2fx\n",
-                    dtype == torch::kHalf ? "fp16" : "bf16", static_cast<long long>(sh.n),
-                    static_cast<long long>(sh.c), static_cast<long long>(sh.h), static_cast<long long>(sh.w), fused,
-                    bytes / fused * 1e-9, aten, aten / fused);
-      }
-}
+// ---- fused batch norm (model.fused_norm); the kernels alone: tests/models/fused_batchnorm_gpu_test.cpp ----
 
 // ResNet-50 bf16: a few steps with the fused kernels follow the same losses as with model.fused_norm off, from the
 // same weights and batch (the paths differ in rounding only), and the fused path ran.

@@ -30,7 +30,7 @@ struct ModelConfig {
   int64_t in_chans = 1;               // input channels (1 = grayscale)
   bool small_stem = true;             // ResNet: 3x3 stride-1 stem, no max-pool (28-64 px inputs)
   bool zero_init_last = true;         // ResNet: zero the last BN gamma of each block
-  std::string fused_norm = "auto";    // ResNet: batch norm (+ add + ReLU) in trainer's kernels where they apply | off
+  std::string fused_norm = "auto";
   double drop_rate = 0.0;             // dropout before the classifier
   double drop_path_rate = 0.0;        // stochastic depth, linearly increasing over blocks
   std::string pretrained;             // safetensors file to load (timm/torchvision names), empty = none

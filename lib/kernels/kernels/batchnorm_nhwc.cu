@@ -1,10 +1,13 @@
-// Batch norm over NHWC rows (see batchnorm_nhwc.h). Access pattern, shared by both reductions: a block of 256
-// threads is TX channel vectors wide (VEC = 8 values, one 16-byte load, where C % 8 == 0 and the pointers are
-// aligned; else VEC = 1) and TY = 256 / TX rows tall; a warp reads whole rows' worth of contiguous bytes. Blocks
-// stride over the rows (grid.y of them, about 8 per SM in all), each thread summing its rows in fp32 registers;
-// the block then sums over TY in shared memory and writes one partial per channel; a finalize kernel adds the
-// partials in double. Statistics use sums shifted by the first row's value (close to the mean, so the variance
-// E[(x-k)^2] - E[x-k]^2 does not cancel), not E[x^2] - E[x]^2. The elementwise passes stride over VEC-vectors.
+// Batch norm over NHWC rows (see batchnorm_nhwc.h). One access pattern for every kernel: a block of 256 threads is
+// TX channel vectors wide (VEC = 8 values, one 16-byte load, where C % 8 == 0 and the pointers are aligned; else
+// VEC = 1) and TY = 256 / TX rows tall, so a warp reads whole rows' worth of contiguous bytes. A thread keeps its
+// channel vector for the whole kernel (its per-channel coefficients stay in registers, no index arithmetic per
+// element) and strides over rows, kUnroll rows at a time with all their loads issued before any use, so each SM has
+// enough 16-byte loads in flight to stream at HBM speed. The grid is one wave of resident blocks (occupancy asked
+// of the runtime per kernel). Reductions: each thread sums its rows in fp32 registers, the block sums over TY in
+// shared memory and writes one partial per channel; a finalize kernel adds the partials in double, 32 channels per
+// block, its 8 warps splitting the partials. Statistics use sums shifted by the first row's value (close to the
+// mean, so the variance E[(x-k)^2] - E[x-k]^2 does not cancel), not E[x^2] - E[x]^2.
 #include "batchnorm_nhwc.h"
 
 #include <cuda_bf16.h>
@@ -17,6 +20,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxVec = 8;
+constexpr int kUnroll = 4;
+constexpr int kMaxBlocksPerSm = 2048 / kThreads;  // the workspace bound: no SM holds more resident threads
 
 template <typename T> __device__ __forceinline__ float to_f(T v);
 template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -25,32 +30,29 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
-template <typename T, int VEC> __device__ __forceinline__ void load(const T* p, float* out) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const T* t = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = to_f(t[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = to_f(p[i]);
-  }
+// VEC values moved as one load or store (16 bytes for 8 bf16/fp16 values)
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load(const T* p) {
+  return *reinterpret_cast<const Pack<T, VEC>*>(p);
 }
-
 template <typename T, int VEC> __device__ __forceinline__ void store(T* p, const float* in) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    uint4 raw;
-    T* t = reinterpret_cast<T*>(&raw);
+  Pack<T, VEC> out;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) t[i] = from_f<T>(in[i]);
-    *reinterpret_cast<uint4*>(p) = raw;
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) p[i] = from_f<T>(in[i]);
-  }
+  for (int i = 0; i < VEC; ++i) out.v[i] = from_f<T>(in[i]);
+  *reinterpret_cast<Pack<T, VEC>*>(p) = out;
 }
 
-// ---- reduction geometry ----
+// The rows this thread visits: first, first + step, ... (below M); the kernels take them kUnroll at a time, every
+// load of a group issued before any is used, then the tail one by one.
+struct Rows {
+  int64_t first, step;
+  __device__ Rows()
+      : first(int64_t(blockIdx.y) * blockDim.y + threadIdx.y), step(int64_t(gridDim.y) * blockDim.y) {}
+};
+
+// ---- launch geometry ----
 
 int sm_count() {
   static const int n = [] {
@@ -62,21 +64,35 @@ int sm_count() {
   return n;
 }
 
-struct ReduceShape {
-  int tx = 1, ty = kThreads, grid_x = 1, grid_y = 1;
+// resident blocks of 256 threads per SM for one kernel, asked of the runtime once
+template <auto Kernel> int blocks_per_sm() {
+  static const int n = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, kThreads, 0) != cudaSuccess) b = 1;
+    return std::max(b, 1);
+  }();
+  return n;
+}
+
+struct Tile {
+  dim3 block, grid;
 };
 
-ReduceShape reduce_shape(int64_t M, int64_t C, int vec) {
-  ReduceShape s;
+// TX = the channel vectors rounded up to a power of two (at most 32), TY = 256 / TX; grid.x covers the channel
+// vectors, grid.y fills `per_sm` blocks per SM without giving a thread fewer than about kUnroll * 4 rows.
+Tile tile(int64_t M, int64_t C, int vec, int per_sm) {
   const int64_t cv = std::max<int64_t>(C / vec, 1);
-  while (s.tx < cv && s.tx < 32) s.tx *= 2;
-  s.ty = kThreads / s.tx;
-  s.grid_x = static_cast<int>((cv + s.tx - 1) / s.tx);
-  const int64_t want = std::max<int64_t>(1, int64_t(sm_count()) * 8 / s.grid_x);
-  const int64_t min_rows = int64_t(s.ty) * 16;  // at least 16 rows per thread
-  s.grid_y = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, (M + min_rows - 1) / min_rows)));
-  return s;
+  int tx = 1;
+  while (tx < cv && tx < 32) tx *= 2;
+  const int ty = kThreads / tx;
+  const int64_t grid_x = (cv + tx - 1) / tx;
+  const int64_t want = std::max<int64_t>(1, int64_t(sm_count()) * per_sm / grid_x);
+  const int64_t min_rows = int64_t(ty) * kUnroll * 4;
+  const int64_t grid_y = std::max<int64_t>(1, std::min<int64_t>({want, (M + min_rows - 1) / min_rows, 65535}));
+  return {dim3(tx, ty), dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y))};
 }
+
+template <auto Kernel> Tile tile_for(int64_t M, int64_t C, int vec) { return tile(M, C, vec, blocks_per_sm<Kernel>()); }
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -86,55 +102,69 @@ int pick_vec(int64_t C, const void* a, const void* b = nullptr, const void* c = 
                                                                                                          : 1;
 }
 
-// ---- kernels ----
+// ---- reductions ----
 
-// BWD = false: a = sum (x - k), b = sum (x - k)^2 with k the first row. BWD = true: g = dy (masked by y > 0 when
-// RELU), a = sum g, b = sum g * (x - mean). partial: [2][grid.y][C].
+// One row's contribution. Statistics (BWD = false): a += x - k, b += (x - k)^2 with k the first row. Gradient sums
+// (BWD = true): g = dy, masked by y > 0 when RELU; a += g, b += g * (x - k) with k the mean.
+template <typename T, int VEC, bool BWD, bool RELU>
+__device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& y,
+                                           const float* k, float* a, float* b) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const float d = to_f(x.v[i]) - k[i];
+    if constexpr (BWD) {
+      float g = to_f(dy.v[i]);
+      if constexpr (RELU) g = to_f(y.v[i]) > 0.f ? g : 0.f;
+      a[i] += g;
+      b[i] += g * d;
+    } else {
+      a[i] += d;
+      b[i] += d * d;
+    }
+  }
+}
+
+// partial: [2][grid.y][C], the block's sums a and b over its rows
 template <typename T, int VEC, bool BWD, bool RELU>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                                                           const T* __restrict__ y, const float* __restrict__ mean,
                                                           int64_t M, int C, float* __restrict__ partial) {
   __shared__ float sh[2][kThreads * kMaxVec];
   const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
-  const int cv = C / VEC;
-  const int v = blockIdx.x * TX + tx;
+  const int v = blockIdx.x * TX + tx, c0 = v * VEC;
   float a[VEC], b[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) a[i] = b[i] = 0.f;
-  if (v < cv) {
-    const int c0 = v * VEC;
+  if (v < C / VEC) {
     float k[VEC];
     if constexpr (BWD) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) k[i] = mean[c0 + i];
     } else {
-      load<T, VEC>(x + c0, k);
+      const Pack<T, VEC> first = load<T, VEC>(x + c0);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) k[i] = to_f(first.v[i]);
     }
-    for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < M; r += int64_t(gridDim.y) * TY) {
-      float xv[VEC];
-      load<T, VEC>(x + r * C + c0, xv);
-      if constexpr (BWD) {
-        float g[VEC];
-        load<T, VEC>(dy + r * C + c0, g);
-        if constexpr (RELU) {
-          float yv[VEC];
-          load<T, VEC>(y + r * C + c0, yv);
+    const Rows rows;
+    int64_t r = rows.first;
+    Pack<T, VEC> px[kUnroll], pg[kUnroll], py[kUnroll];
+    for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) g[i] = yv[i] > 0.f ? g[i] : 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          a[i] += g[i];
-          b[i] += g[i] * (xv[i] - k[i]);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float d = xv[i] - k[i];
-          a[i] += d;
-          b[i] += d * d;
-        }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t o = (r + u * rows.step) * C + c0;
+        px[u] = load<T, VEC>(x + o);
+        if constexpr (BWD) pg[u] = load<T, VEC>(dy + o);
+        if constexpr (RELU) py[u] = load<T, VEC>(y + o);
       }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) accumulate<T, VEC, BWD, RELU>(px[u], pg[u], py[u], k, a, b);
+    }
+    for (; r < M; r += rows.step) {
+      const int64_t o = r * C + c0;
+      px[0] = load<T, VEC>(x + o);
+      if constexpr (BWD) pg[0] = load<T, VEC>(dy + o);
+      if constexpr (RELU) py[0] = load<T, VEC>(y + o);
+      accumulate<T, VEC, BWD, RELU>(px[0], pg[0], py[0], k, a, b);
     }
   }
   const int slot = (ty * TX + tx) * VEC;
@@ -155,8 +185,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
     }
     __syncthreads();
   }
-  if (ty == 0 && v < cv) {
-    const int c0 = v * VEC;
+  if (ty == 0 && v < C / VEC) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       partial[int64_t(blockIdx.y) * C + c0 + i] = sh[0][slot + i];
@@ -165,23 +194,38 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
   }
 }
 
-// channel c's two sums over the reduction's grid.y partials, in double
+// The finalize kernels run blocks of (32 channels, 8 partial rows). Channel c's two sums over the reduction's grid_y
+// partials, in double; the result is valid in threadIdx.y == 0.
+constexpr int kFinalX = 32, kFinalY = 8;
 __device__ __forceinline__ void sum_partials(const float* __restrict__ partial, int grid_y, int C, int c, double* a,
                                              double* b) {
-  for (int j = 0; j < grid_y; ++j) {
-    *a += partial[int64_t(j) * C + c];
-    *b += partial[(int64_t(grid_y) + j) * C + c];
-  }
+  __shared__ double sh[2][kFinalY][kFinalX];
+  double sa = 0, sb = 0;
+  if (c < C)
+    for (int j = threadIdx.y; j < grid_y; j += kFinalY) {
+      sa += partial[int64_t(j) * C + c];
+      sb += partial[(int64_t(grid_y) + j) * C + c];
+    }
+  sh[0][threadIdx.y][threadIdx.x] = sa;
+  sh[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0)
+    for (int j = 1; j < kFinalY; ++j) {
+      sa += sh[0][j][threadIdx.x];
+      sb += sh[1][j][threadIdx.x];
+    }
+  *a = sa;
+  *b = sb;
 }
 
 template <typename T>
 __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict__ partial, int grid_y, int64_t M, int C,
                                const float* weight, const float* bias, float eps, float momentum, float* running_mean,
                                float* running_var, float* save_mean, float* save_invstd, float* scale, float* shift) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  double sa = 0, sb = 0;
+  const int c = blockIdx.x * kFinalX + threadIdx.x;
+  double sa, sb;
   sum_partials(partial, grid_y, C, c, &sa, &sb);
+  if (threadIdx.y != 0 || c >= C) return;
   const double n = static_cast<double>(M);
   const double shifted = sa / n;
   const double var = fmax(sb / n - shifted * shifted, 0.0);  // biased, as the normalisation uses
@@ -210,10 +254,10 @@ __global__ void eval_scale_shift(const float* weight, const float* bias, const f
 // coef: [3][C] = weight * invstd, dbias / M, weight * invstd * dweight / M * invstd
 __global__ void finalize_backward(const float* __restrict__ partial, int grid_y, int64_t M, int C, const float* weight,
                                   const float* invstd, float* dweight, float* dbias, float* coef) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  double sg = 0, sgx = 0;
+  const int c = blockIdx.x * kFinalX + threadIdx.x;
+  double sg, sgx;
   sum_partials(partial, grid_y, C, c, &sg, &sgx);
+  if (threadIdx.y != 0 || c >= C) return;
   const double is = invstd[c], n = static_cast<double>(M);
   const double dw = sgx * is;  // sum g * xhat
   if (dweight) dweight[c] = static_cast<float>(dw);
@@ -224,86 +268,148 @@ __global__ void finalize_backward(const float* __restrict__ partial, int grid_y,
   coef[2 * C + c] = static_cast<float>(a * dw / n * is);
 }
 
+// ---- elementwise passes ----
+
+// y = x * scale + shift (+ z), then max(., 0) when RELU
 template <typename T, int VEC, bool ADD, bool RELU>
 __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x, const T* __restrict__ z,
-                                                         T* __restrict__ y, int64_t n_vec, int cv,
+                                                         T* __restrict__ y, int64_t M, int C,
                                                          const float* __restrict__ scale,
                                                          const float* __restrict__ shift) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c0 = static_cast<int>(i % cv) * VEC;
-    float xv[VEC], zv[VEC];
-    load<T, VEC>(x + i * VEC, xv);
-    if constexpr (ADD) load<T, VEC>(z + i * VEC, zv);
+  const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
+  if (v >= C / VEC) return;
+  float sc[VEC], sf[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      float o = fmaf(xv[k], __ldg(scale + c0 + k), __ldg(shift + c0 + k));
-      if constexpr (ADD) o += zv[k];
-      if constexpr (RELU) o = fmaxf(o, 0.f);
-      xv[k] = o;
+  for (int i = 0; i < VEC; ++i) {
+    sc[i] = scale[c0 + i];
+    sf[i] = shift[c0 + i];
+  }
+  auto out = [&](const Pack<T, VEC>& xv, const Pack<T, VEC>& zv, T* dst) {
+    float o[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      o[i] = fmaf(to_f(xv.v[i]), sc[i], sf[i]);
+      if constexpr (ADD) o[i] += to_f(zv.v[i]);
+      if constexpr (RELU) o[i] = fmaxf(o[i], 0.f);
     }
-    store<T, VEC>(y + i * VEC, xv);
+    store<T, VEC>(dst, o);
+  };
+  const Rows rows;
+  int64_t r = rows.first;
+  Pack<T, VEC> px[kUnroll], pz[kUnroll];
+  for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t o = (r + u * rows.step) * C + c0;
+      px[u] = load<T, VEC>(x + o);
+      if constexpr (ADD) pz[u] = load<T, VEC>(z + o);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) out(px[u], pz[u], y + (r + u * rows.step) * C + c0);
+  }
+  for (; r < M; r += rows.step) {
+    const int64_t o = r * C + c0;
+    px[0] = load<T, VEC>(x + o);
+    if constexpr (ADD) pz[0] = load<T, VEC>(z + o);
+    out(px[0], pz[0], y + o);
   }
 }
 
-// dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g
+// g = dy (masked by y > 0 when RELU); dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g when DZ
 template <typename T, int VEC, bool DZ, bool RELU>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ y,
                                                             const T* __restrict__ x, T* __restrict__ dx,
-                                                            T* __restrict__ dz, int64_t n_vec, int cv, int C,
+                                                            T* __restrict__ dz, int64_t M, int C,
                                                             const float* __restrict__ coef,
                                                             const float* __restrict__ mean) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c0 = static_cast<int>(i % cv) * VEC;
-    float g[VEC], xv[VEC];
-    load<T, VEC>(dy + i * VEC, g);
-    if constexpr (RELU) {
-      float yv[VEC];
-      load<T, VEC>(y + i * VEC, yv);
+  const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
+  if (v >= C / VEC) return;
+  float ca[VEC], cb[VEC], cac[VEC], mu[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = yv[k] > 0.f ? g[k] : 0.f;
-    }
-    if constexpr (DZ) store<T, VEC>(dz + i * VEC, g);
-    load<T, VEC>(x + i * VEC, xv);
+  for (int i = 0; i < VEC; ++i) {
+    ca[i] = coef[c0 + i];
+    cb[i] = coef[C + c0 + i];
+    cac[i] = coef[2 * C + c0 + i];
+    mu[i] = mean[c0 + i];
+  }
+  auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<T, VEC>& xv, int64_t o) {
+    float g[VEC], d[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const int c = c0 + k;
-      xv[k] = __ldg(coef + c) * (g[k] - __ldg(coef + C + c)) - __ldg(coef + 2 * C + c) * (xv[k] - __ldg(mean + c));
+    for (int i = 0; i < VEC; ++i) {
+      g[i] = to_f(gv.v[i]);
+      if constexpr (RELU) g[i] = to_f(yv.v[i]) > 0.f ? g[i] : 0.f;
+      d[i] = ca[i] * (g[i] - cb[i]) - cac[i] * (to_f(xv.v[i]) - mu[i]);
     }
-    store<T, VEC>(dx + i * VEC, xv);
+    if constexpr (DZ) store<T, VEC>(dz + o, g);
+    store<T, VEC>(dx + o, d);
+  };
+  const Rows rows;
+  int64_t r = rows.first;
+  Pack<T, VEC> pg[kUnroll], py[kUnroll], px[kUnroll];
+  for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t o = (r + u * rows.step) * C + c0;
+      pg[u] = load<T, VEC>(dy + o);
+      if constexpr (RELU) py[u] = load<T, VEC>(y + o);
+      px[u] = load<T, VEC>(x + o);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) out(pg[u], py[u], px[u], (r + u * rows.step) * C + c0);
+  }
+  for (; r < M; r += rows.step) {
+    const int64_t o = r * C + c0;
+    pg[0] = load<T, VEC>(dy + o);
+    if constexpr (RELU) py[0] = load<T, VEC>(y + o);
+    px[0] = load<T, VEC>(x + o);
+    out(pg[0], py[0], px[0], o);
   }
 }
 
-int elementwise_blocks(int64_t n_vec) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n_vec + kThreads - 1) / kThreads, int64_t(sm_count()) * 16)));
-}
-
-int channel_blocks(int64_t C) { return static_cast<int>((C + kThreads - 1) / kThreads); }
+dim3 final_grid(int64_t C) { return dim3(static_cast<unsigned>((C + kFinalX - 1) / kFinalX)); }
+const dim3 kFinalBlock(kFinalX, kFinalY);
 
 // ---- typed launchers ----
+
+template <typename T, int VEC>
+void forward_stats_vec(const T* x, int64_t M, int64_t C, const float* weight, const float* bias, float eps,
+                       float momentum, float* rm, float* rv, float* save_mean, float* save_invstd, float* scale,
+                       float* shift, float* workspace, cudaStream_t s) {
+  constexpr auto kernel = reduce_kernel<T, VEC, false, false>;
+  const Tile t = tile_for<kernel>(M, C, VEC);
+  const int Ci = static_cast<int>(C);
+  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, M, Ci, workspace);
+  finalize_stats<T><<<final_grid(C), kFinalBlock, 0, s>>>(x, workspace, t.grid.y, M, Ci, weight, bias, eps, momentum,
+                                                          rm, rv, save_mean, save_invstd, scale, shift);
+}
 
 template <typename T>
 void forward_stats(const T* x, int64_t M, int64_t C, const float* weight, const float* bias, float eps, float momentum,
                    float* rm, float* rv, float* save_mean, float* save_invstd, float* scale, float* shift,
                    float* workspace, cudaStream_t s) {
-  const int vec = pick_vec(C, x);
-  const ReduceShape rs = reduce_shape(M, C, vec);
-  const dim3 block(rs.tx, rs.ty), grid(rs.grid_x, rs.grid_y);
-  const int Ci = static_cast<int>(C);
-  if (vec == kMaxVec) reduce_kernel<T, kMaxVec, false, false><<<grid, block, 0, s>>>(x, nullptr, nullptr, nullptr, M, Ci, workspace);
-  else reduce_kernel<T, 1, false, false><<<grid, block, 0, s>>>(x, nullptr, nullptr, nullptr, M, Ci, workspace);
-  finalize_stats<T><<<channel_blocks(C), kThreads, 0, s>>>(x, workspace, rs.grid_y, M, Ci, weight, bias, eps, momentum,
-                                                           rm, rv, save_mean, save_invstd, scale, shift);
+  if (pick_vec(C, x) == kMaxVec)
+    forward_stats_vec<T, kMaxVec>(x, M, C, weight, bias, eps, momentum, rm, rv, save_mean, save_invstd, scale, shift,
+                                  workspace, s);
+  else
+    forward_stats_vec<T, 1>(x, M, C, weight, bias, eps, momentum, rm, rv, save_mean, save_invstd, scale, shift,
+                            workspace, s);
+}
+
+template <typename T, int VEC, bool ADD, bool RELU>
+void apply_launch(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scale, const float* shift,
+                  cudaStream_t s) {
+  constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU>;
+  const Tile t = tile_for<kernel>(M, C, VEC);
+  kernel<<<t.grid, t.block, 0, s>>>(x, z, y, M, static_cast<int>(C), scale, shift);
 }
 
 template <typename T, int VEC>
 void apply_vec(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scale, const float* shift, bool relu,
                cudaStream_t s) {
-  const int64_t n_vec = M * C / VEC;
-  const int cv = static_cast<int>(C / VEC), blocks = elementwise_blocks(n_vec);
-  if (z && relu) apply_kernel<T, VEC, true, true><<<blocks, kThreads, 0, s>>>(x, z, y, n_vec, cv, scale, shift);
-  else if (z) apply_kernel<T, VEC, true, false><<<blocks, kThreads, 0, s>>>(x, z, y, n_vec, cv, scale, shift);
-  else if (relu) apply_kernel<T, VEC, false, true><<<blocks, kThreads, 0, s>>>(x, z, y, n_vec, cv, scale, shift);
-  else apply_kernel<T, VEC, false, false><<<blocks, kThreads, 0, s>>>(x, z, y, n_vec, cv, scale, shift);
+  if (z && relu) apply_launch<T, VEC, true, true>(x, z, y, M, C, scale, shift, s);
+  else if (z) apply_launch<T, VEC, true, false>(x, z, y, M, C, scale, shift, s);
+  else if (relu) apply_launch<T, VEC, false, true>(x, z, y, M, C, scale, shift, s);
+  else apply_launch<T, VEC, false, false>(x, z, y, M, C, scale, shift, s);
 }
 
 template <typename T>
@@ -313,24 +419,30 @@ void apply(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scal
   else apply_vec<T, 1>(x, z, y, M, C, scale, shift, relu, s);
 }
 
+template <typename T, int VEC, bool DZ, bool RELU>
+void backward_launch(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int64_t C, const float* weight,
+                     const float* mean, const float* invstd, float* dweight, float* dbias, float* workspace,
+                     cudaStream_t s) {
+  constexpr auto reduce = reduce_kernel<T, VEC, true, RELU>;
+  constexpr auto elementwise = backward_kernel<T, VEC, DZ, RELU>;
+  const int Ci = static_cast<int>(C);
+  const Tile t = tile_for<reduce>(M, C, VEC);
+  reduce<<<t.grid, t.block, 0, s>>>(x, dy, y, mean, M, Ci, workspace);
+  float* coef = workspace + 2 * int64_t(t.grid.y) * C;
+  finalize_backward<<<final_grid(C), kFinalBlock, 0, s>>>(workspace, t.grid.y, M, Ci, weight, invstd, dweight, dbias,
+                                                          coef);
+  const Tile e = tile_for<elementwise>(M, C, VEC);
+  elementwise<<<e.grid, e.block, 0, s>>>(dy, y, x, dx, dz, M, Ci, coef, mean);
+}
+
 template <typename T, int VEC>
 void backward_vec(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int64_t C, const float* weight,
                   const float* mean, const float* invstd, bool relu, float* dweight, float* dbias, float* workspace,
                   cudaStream_t s) {
-  const ReduceShape rs = reduce_shape(M, C, VEC);
-  const dim3 block(rs.tx, rs.ty), grid(rs.grid_x, rs.grid_y);
-  const int Ci = static_cast<int>(C);
-  if (relu) reduce_kernel<T, VEC, true, true><<<grid, block, 0, s>>>(x, dy, y, mean, M, Ci, workspace);
-  else reduce_kernel<T, VEC, true, false><<<grid, block, 0, s>>>(x, dy, y, mean, M, Ci, workspace);
-  float* coef = workspace + 2 * int64_t(rs.grid_y) * C;
-  finalize_backward<<<channel_blocks(C), kThreads, 0, s>>>(workspace, rs.grid_y, M, Ci, weight, invstd, dweight, dbias,
-                                                           coef);
-  const int64_t n_vec = M * C / VEC;
-  const int cv = static_cast<int>(C / VEC), blocks = elementwise_blocks(n_vec);
-  if (dz && relu) backward_kernel<T, VEC, true, true><<<blocks, kThreads, 0, s>>>(dy, y, x, dx, dz, n_vec, cv, Ci, coef, mean);
-  else if (dz) backward_kernel<T, VEC, true, false><<<blocks, kThreads, 0, s>>>(dy, y, x, dx, dz, n_vec, cv, Ci, coef, mean);
-  else if (relu) backward_kernel<T, VEC, false, true><<<blocks, kThreads, 0, s>>>(dy, y, x, dx, dz, n_vec, cv, Ci, coef, mean);
-  else backward_kernel<T, VEC, false, false><<<blocks, kThreads, 0, s>>>(dy, y, x, dx, dz, n_vec, cv, Ci, coef, mean);
+  if (dz && relu) backward_launch<T, VEC, true, true>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
+  else if (dz) backward_launch<T, VEC, true, false>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
+  else if (relu) backward_launch<T, VEC, false, true>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
+  else backward_launch<T, VEC, false, false>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
 }
 
 template <typename T>
@@ -346,10 +458,10 @@ void backward(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int6
 }  // namespace
 
 int64_t bn_workspace_floats(int64_t M, int64_t C) {
-  // the partials of whichever width the launch picks (8-wide only where C is a multiple of 8)
-  const int grid_y = C % kMaxVec == 0 ? std::max(reduce_shape(M, C, 1).grid_y, reduce_shape(M, C, kMaxVec).grid_y)
-                                      : reduce_shape(M, C, 1).grid_y;
-  return 2 * int64_t(grid_y) * C + 3 * C;
+  // partials for the most rows of blocks any reduction may launch (8-wide only where C is a multiple of 8)
+  int64_t grid_y = tile(M, C, 1, kMaxBlocksPerSm).grid.y;
+  if (C % kMaxVec == 0) grid_y = std::max<int64_t>(grid_y, tile(M, C, kMaxVec, kMaxBlocksPerSm).grid.y);
+  return 2 * grid_y * C + 3 * C;
 }
 
 cudaError_t bn_forward_stats(const void* x, BnDtype dt, int64_t M, int64_t C, const float* weight, const float* bias,
@@ -367,8 +479,8 @@ cudaError_t bn_forward_stats(const void* x, BnDtype dt, int64_t M, int64_t C, co
 cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const float* running_mean,
                                 const float* running_var, float eps, int64_t C, float* scale, float* shift,
                                 cudaStream_t stream) {
-  eval_scale_shift<<<channel_blocks(C), kThreads, 0, stream>>>(weight, bias, running_mean, running_var, eps,
-                                                               static_cast<int>(C), scale, shift);
+  eval_scale_shift<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      weight, bias, running_mean, running_var, eps, static_cast<int>(C), scale, shift);
   return cudaGetLastError();
 }
 

@@ -29,8 +29,8 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 
 torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
   // SyncBatchNorm sums its statistics over ranks: the fused kernels do not (yet)
-  const bool fuse = fused_ && !all_reduce_ && options.affine() && options.track_running_stats() &&
-                    options.momentum().has_value() && fused_batchnorm_applies(x, is_training()) &&
+  const bool fuse = !all_reduce_ && options.affine() && options.track_running_stats() &&
+                    options.momentum().has_value() && fused_batchnorm_applies(x, is_training(), fused_) &&
                     (!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type()));
   ran_fused_ = fuse;
   if (fuse) {
@@ -75,11 +75,11 @@ torch::Tensor SyncableBatchNorm2dImpl::forward_unfused(const torch::Tensor& x) {
   return y.to(x.scalar_type());
 }
 
-void set_fused_batchnorm(torch::nn::Module& m, bool on) {
+void set_fused_batchnorm(torch::nn::Module& m, FusedNorm policy) {
   // not named_modules(include_self): m may be under construction, not yet held by a shared_ptr
-  if (auto* self = m.as<SyncableBatchNorm2dImpl>()) self->set_fused(on);
+  if (auto* self = m.as<SyncableBatchNorm2dImpl>()) self->set_fused(policy);
   for (auto& kv : m.named_modules("", /*include_self=*/false))
-    if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) bn->set_fused(on);
+    if (auto* bn = kv.value()->as<SyncableBatchNorm2dImpl>()) bn->set_fused(policy);
 }
 
 std::pair<int, int> fused_batchnorm_layers(torch::nn::Module& m) {

@@ -11,6 +11,8 @@
 #include <functional>
 #include <utility>
 
+#include "models/fused_batchnorm.h"
+
 namespace trainer {
 
 using AllReduceFn = std::function<void(torch::Tensor&)>;  // in-place sum over ranks
@@ -23,20 +25,20 @@ class SyncableBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   // fused_batchnorm_applies (models/fused_batchnorm.h), else ATen's batch norm, add and ReLU.
   torch::Tensor forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu);
   void set_all_reduce(AllReduceFn fn) { all_reduce_ = std::move(fn); }
-  void set_fused(bool on) { fused_ = on; }
+  void set_fused(FusedNorm policy) { fused_ = policy; }
   // Whether the last forward ran the fused kernels.
   bool ran_fused() const { return ran_fused_; }
 
  private:
   torch::Tensor forward_unfused(const torch::Tensor& x);
   AllReduceFn all_reduce_;
-  bool fused_ = false;
+  FusedNorm fused_ = FusedNorm::off;
   bool ran_fused_ = false;
 };
 TORCH_MODULE(SyncableBatchNorm2d);
 
-// model.fused_norm: every SyncableBatchNorm2d in `m` fuses where it can (on) or never (off).
-void set_fused_batchnorm(torch::nn::Module& m, bool on);
+// model.fused_norm: every SyncableBatchNorm2d in `m` fuses under `policy`.
+void set_fused_batchnorm(torch::nn::Module& m, FusedNorm policy);
 // How many of m's SyncableBatchNorm2d layers ran the fused kernels in their last forward, and how many there are.
 std::pair<int, int> fused_batchnorm_layers(torch::nn::Module& m);
 // Gives every SyncableBatchNorm2d in `m` the collective; returns how many there are.

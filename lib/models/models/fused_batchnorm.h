@@ -5,14 +5,21 @@
 #pragma once
 #include <torch/types.h>
 
+#include <string>
+
 namespace trainer {
+
+// model.fused_norm: off; auto = the dtypes where the kernels beat ATen's path in a ResNet step (bf16; in fp16 ATen
+// takes cuDNN's NHWC batch norm); on = wherever they can run (bf16 and fp16).
+enum class FusedNorm { off, faster, on };
+FusedNorm fused_norm_from(const std::string& config_value);  // "auto" | "on" | "off"
 
 // Whether this build has the kernels (nvcc was found).
 bool fused_batchnorm_built();
-// Whether the models use them for x: CUDA, 4-D, channels_last contiguous, bf16 (fp16 works but is slower than
-// cuDNN's), more than one value per channel in training; in evaluation only without autograd (the fused function
-// has no eval backward).
-bool fused_batchnorm_applies(const torch::Tensor& x, bool training);
+// Whether the models use them for x under `policy`: CUDA, 4-D, channels_last contiguous, a dtype the policy takes,
+// more than one value per channel in training; in evaluation only without autograd (the fused function has no eval
+// backward).
+bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm policy);
 // y = relu?(batch_norm(x) + z); z undefined for none (else x's shape and dtype). Updates the running statistics in
 // training.
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,

@@ -25,7 +25,7 @@ Factory resnet(bool bottleneck, std::vector<int64_t> layers, int64_t groups = 1,
     o.in_chans = c.in_chans;
     o.small_stem = c.small_stem;
     o.zero_init_last = c.zero_init_last;
-    o.fused_norm = c.fused_norm != "off";
+    o.fused_norm = fused_norm_from(c.fused_norm);
     o.drop_rate = c.drop_rate;
     o.drop_path_rate = c.drop_path_rate;
     o.input_size = input_size;

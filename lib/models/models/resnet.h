@@ -21,7 +21,7 @@ struct ResNetOptions {
   int64_t in_chans = 3;
   bool small_stem = false;                 // 3x3 stride-1 stem, no max-pool (CIFAR/MNIST-size inputs)
   bool zero_init_last = true;              // zero the last BN gamma of each block
-  bool fused_norm = true;                  // batch norm (+ add + ReLU) in our kernels where they apply
+  FusedNorm fused_norm = FusedNorm::faster;  // batch norm (+ add + ReLU) in our kernels (models/fused_batchnorm.h)
   double drop_rate = 0.0;                  // dropout before fc
   double drop_path_rate = 0.0;             // stochastic depth, linear over blocks
   int64_t input_size = 224;                // for flops_per_image and data_defaults

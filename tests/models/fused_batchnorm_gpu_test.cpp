@@ -1,0 +1,183 @@
+// The fused batch-norm kernels (lib/kernels, through models/fused_batchnorm) on the GPU: right against ATen in fp32
+// over every ResNet-50 layer shape, and how fast each pass streams its bytes there, in one run (label gpu).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <c10/cuda/CUDAStream.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "models/fused_batchnorm.h"
+
+#ifdef TRAINER_WITH_BN_KERNELS
+#include "kernels/batchnorm_nhwc.h"
+#endif
+
+namespace trainer {
+namespace {
+
+#define REQUIRE_KERNELS()                                                                          \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";   \
+  if (!fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)"
+
+struct Shape {
+  int64_t n, c, h, w;
+  int in_resnet50;  // how many of ResNet-50's 53 batch norms have this shape at batch 256 (0: an odd test shape)
+};
+
+// ResNet-50 at batch 256, 224 px: stem, then per stage the bottleneck's bn1/bn2/bn3 and the downsample's
+const std::vector<Shape> kShapes = {
+    {256, 64, 112, 112, 1}, {256, 64, 56, 56, 6},  {256, 256, 56, 56, 4}, {256, 128, 56, 56, 1},
+    {256, 128, 28, 28, 7},  {256, 512, 28, 28, 5}, {256, 256, 28, 28, 1}, {256, 256, 14, 14, 11},
+    {256, 1024, 14, 14, 7}, {256, 512, 14, 14, 1}, {256, 512, 7, 7, 5},   {256, 2048, 7, 7, 4},
+    {1, 2048, 7, 7, 0},     {3, 24, 5, 7, 0},      {2, 13, 9, 11, 0},     {4, 3, 1, 1, 0}};
+
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm() / b.to(torch::kFloat64).norm().clamp_min(1e-30))
+      .item<double>();
+}
+
+const char* name_of(torch::ScalarType t) { return t == torch::kHalf ? "fp16" : "bf16"; }
+
+// milliseconds per call of f on the current stream, from CUDA events around 20 calls after 3 warm-up calls
+double device_ms(const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();
+  const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, s);
+  for (int i = 0; i < 20; ++i) f();
+  cudaEventRecord(e1, s);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / 20;
+}
+
+// relu(batch_norm(x) + z) fused against ATen's batch_norm + add + relu in fp32 on the same (bf16/fp16-rounded)
+// values. Statistics and running statistics are computed from the same inputs in fp32/double: 1e-4 relative. The
+// outputs and gradients are rounded to the 8 (bf16) or 11 (fp16) bit mantissa once, and the ReLU mask may differ
+// where an output rounds across 0: 2e-2 relative in the L2 norm.
+void check_against_aten(const Shape& sh, torch::ScalarType dtype, bool add_relu) {
+  const torch::Device dev(torch::kCUDA, 0);
+  torch::manual_seed(1);
+  auto cl = [&](torch::Tensor t) { return t.to(dev, dtype).contiguous(torch::MemoryFormat::ChannelsLast); };
+  const auto o32 = torch::TensorOptions().device(dev).dtype(torch::kFloat32);
+  torch::Tensor x = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}) * 2 + 0.5);
+  torch::Tensor z = add_relu ? cl(torch::randn({sh.n, sh.c, sh.h, sh.w})) : torch::Tensor();
+  torch::Tensor dy = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}));
+  torch::Tensor w = (torch::rand({sh.c}, o32) + 0.5).requires_grad_(true), b = torch::randn({sh.c}, o32).requires_grad_(true);
+  torch::Tensor rm = torch::randn({sh.c}, o32), rv = torch::rand({sh.c}, o32) + 0.5;
+  // reference: fp32 ATen on the same rounded values
+  torch::Tensor xr = x.to(torch::kFloat32).requires_grad_(true);
+  torch::Tensor zr = add_relu ? z.to(torch::kFloat32).requires_grad_(true) : torch::Tensor();
+  torch::Tensor wr = w.detach().clone().requires_grad_(true), br = b.detach().clone().requires_grad_(true);
+  torch::Tensor rmr = rm.clone(), rvr = rv.clone();
+  torch::Tensor yr = torch::batch_norm(xr, wr, br, rmr, rvr, /*training=*/true, 0.1, 1e-5, false);
+  if (add_relu) yr = (yr + zr).relu();
+  yr.backward(dy.to(torch::kFloat32));
+  // ours
+  torch::Tensor xf = x.detach().clone().requires_grad_(true);
+  torch::Tensor zf = add_relu ? z.detach().clone().requires_grad_(true) : torch::Tensor();
+  torch::Tensor y = fused_batchnorm(xf, zf, w, b, rm, rv, 0.1, 1e-5, /*training=*/true, /*relu=*/add_relu);
+  y.backward(dy);
+  const double tol = 2e-2;
+  EXPECT_TRUE(y.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_LT(rel(y, yr), tol);
+  EXPECT_LT(rel(xf.grad(), xr.grad()), tol);
+  if (add_relu) EXPECT_LT(rel(zf.grad(), zr.grad()), tol);
+  EXPECT_LT(rel(w.grad(), wr.grad()), tol);
+  EXPECT_LT(rel(b.grad(), br.grad()), tol);
+  EXPECT_LT(rel(rm, rmr), 1e-4);
+  EXPECT_LT(rel(rv, rvr), 1e-4);
+  // evaluation: running statistics, no autograd
+  torch::NoGradGuard ng;
+  torch::Tensor ye = fused_batchnorm(x, z, w, b, rm, rv, 0.1, 1e-5, /*training=*/false, add_relu);
+  torch::Tensor yer = torch::batch_norm(x.to(torch::kFloat32), w, b, rm, rv, false, 0.1, 1e-5, false);
+  if (add_relu) yer = (yer + z.to(torch::kFloat32)).relu();
+  EXPECT_LT(rel(ye, yer), tol);
+}
+
+TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
+  REQUIRE_KERNELS();
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+    for (const Shape& sh : kShapes)
+      for (const bool add_relu : {true, false}) {
+        if (!add_relu && sh.n == 256 && sh.c != 64) continue;  // the plain variant on the first and small shapes
+        SCOPED_TRACE(testing::Message() << name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x" << sh.w
+                                        << (add_relu ? " +add+relu" : ""));
+        check_against_aten(sh, dtype, add_relu);
+      }
+}
+
+#ifdef TRAINER_WITH_BN_KERNELS
+// Each ResNet-50 shape with the residual add and ReLU: every kernel pass timed on its own (CUDA events) against the
+// bytes it must move - statistics read x; apply reads x and z, writes y; backward reads dy, y, x in its reduction
+// and again in its elementwise pass, which writes dx and dz - then forward + backward through autograd against
+// ATen's ops in the same dtype (bf16: ATen's generic NHWC kernels; fp16: cuDNN's), and the sum over ResNet-50's 53
+// layers. A measurement (speed is judged in bench/, not here): it asserts only that every launch succeeded.
+TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
+  REQUIRE_KERNELS();
+  const torch::Device dev(torch::kCUDA, 0);
+  const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    double fused_sum = 0, aten_sum = 0;
+    for (const Shape& sh : kShapes) {
+      if (sh.in_resnet50 == 0) continue;
+      torch::manual_seed(1);
+      const auto o = torch::TensorOptions().device(dev).dtype(dtype);
+      const auto o32 = o.dtype(torch::kFloat32);
+      auto cl = [&]() { return torch::randn({sh.n, sh.c, sh.h, sh.w}, o).contiguous(torch::MemoryFormat::ChannelsLast); };
+      torch::Tensor x = cl(), z = cl(), dy = cl(), y = torch::empty_like(x), dx = torch::empty_like(x),
+                    dz = torch::empty_like(x);
+      torch::Tensor w = torch::rand({sh.c}, o32) + 0.5, b = torch::randn({sh.c}, o32);
+      torch::Tensor rm = torch::zeros({sh.c}, o32), rv = torch::ones({sh.c}, o32);
+      torch::Tensor st = torch::empty({6, sh.c}, o32);  // mean, invstd, scale, shift, dweight, dbias
+      const int64_t C = sh.c, M = x.numel() / C;
+      torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, o32);
+      const auto dt = dtype == torch::kHalf ? kernels::BnDtype::fp16 : kernels::BnDtype::bf16;
+      float* p = st.data_ptr<float>();
+      const double stats = device_ms([&] {
+        kernels::bn_forward_stats(x.data_ptr(), dt, M, C, w.data_ptr<float>(), b.data_ptr<float>(), 1e-5f, 0.1f,
+                                  rm.data_ptr<float>(), rv.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C,
+                                  ws.data_ptr<float>(), s);
+      });
+      const double apply = device_ms([&] {
+        kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, s);
+      });
+      const double backward = device_ms([&] {
+        kernels::bn_backward(dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M, C,
+                             w.data_ptr<float>(), p, p + C, true, p + 4 * C, p + 5 * C, ws.data_ptr<float>(), s);
+      });
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      const double unit = static_cast<double>(x.numel()) * x.element_size();  // one pass over a tensor, bytes
+      auto tbs = [&](double units, double ms) { return units * unit / ms * 1e-9; };
+      const double fused = device_ms([&] {
+        torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
+        fused_batchnorm(xi, zi, w, b, rm, rv, 0.1, 1e-5, true, true).backward(dy);
+      });
+      const double aten = device_ms([&] {
+        torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
+        (torch::batch_norm(xi, w, b, rm, rv, true, 0.1, 1e-5, false) + zi).relu().backward(dy);
+      });
+      fused_sum += sh.in_resnet50 * fused;
+      aten_sum += sh.in_resnet50 * aten;
+      std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s, backward %.3f ms "
+                  "%.2f TB/s; fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
+                  name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
+                  static_cast<long long>(sh.h), static_cast<long long>(sh.w), stats, tbs(1, stats), apply,
+                  tbs(3, apply), backward, tbs(8, backward), fused, tbs(12, fused), aten, aten / fused);
+    }
+    std::printf("  %s, ResNet-50's 53 layers at batch 256 (with add + ReLU): fused %.2f ms, ATen %.2f ms a step\n",
+                name_of(dtype), fused_sum, aten_sum);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace trainer
