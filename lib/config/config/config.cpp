@@ -104,7 +104,7 @@ Schema fields_of(Config& c) {
   s.add_bool("model.zero_init_last", &c.model.zero_init_last, "ResNet: zero the last BN gamma of each block");
   s.add_string("model.fused_norm", &c.model.fused_norm,
                "ResNet: batch norm with its residual add and ReLU in trainer's own kernels (CUDA, channels_last, "
-               "no sync_bn): auto = in bf16 (faster there than ATen; fp16 keeps cuDNN's), on = bf16 and fp16, "
+               "no sync_bn): auto = where they are faster than ATen's (bf16 and fp16), on = wherever they run, "
                "off = ATen's ops",
                {"auto", "on", "off"});
   s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));

@@ -96,10 +96,7 @@ FusedNorm fused_norm_from(const std::string& v) {
 bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm policy) {
   if (policy == FusedNorm::off || !fused_batchnorm_built() || !x.defined() || !x.is_cuda() || x.dim() != 4)
     return false;
-  const auto t = x.scalar_type();
-  // auto: bf16 only, as in fp16 ATen takes cuDNN's NHWC batch norm, which ran ResNet-50 faster than these kernels
-  // (bench/results/2026-12-01_h200/run53_fused_bn)
-  if (t != torch::kBFloat16 && (policy == FusedNorm::faster || t != torch::kHalf)) return false;
+  if (x.scalar_type() != torch::kBFloat16 && x.scalar_type() != torch::kHalf) return false;
   if (!x.is_contiguous(torch::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
   if (training) return x.numel() / x.size(1) > 1;  // ATen's error for one value per channel stays ATen's
   return !(torch::GradMode::is_enabled() && x.requires_grad());

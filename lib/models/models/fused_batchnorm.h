@@ -9,8 +9,9 @@
 
 namespace trainer {
 
-// model.fused_norm: off; auto = the dtypes where the kernels beat ATen's path in a ResNet step (bf16; in fp16 ATen
-// takes cuDNN's NHWC batch norm); on = wherever they can run (bf16 and fp16).
+// model.fused_norm: off; auto = the dtypes where the kernels beat ATen's path in a ResNet step (bf16 and fp16, where
+// ATen takes cuDNN's NHWC batch norm: bench/results/2026-12-01_h200/run54_fused_bn_fast); on = wherever they can run
+// (the same today).
 enum class FusedNorm { off, faster, on };
 FusedNorm fused_norm_from(const std::string& config_value);  // "auto" | "on" | "off"
 
