@@ -3,15 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <c10/cuda/CUDAStream.h>
-
 #include <chrono>
 #include <cstdio>
 #include <functional>
 
+#include "kernel_harness.h"
 #include "models/fused_batchnorm.h"
 
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
 #include "kernels/batchnorm_nhwc.h"
 #endif
 
@@ -33,31 +32,6 @@ const std::vector<Shape> kShapes = {
     {256, 128, 28, 28, 7},  {256, 512, 28, 28, 5}, {256, 256, 28, 28, 1}, {256, 256, 14, 14, 11},
     {256, 1024, 14, 14, 7}, {256, 512, 14, 14, 1}, {256, 512, 7, 7, 5},   {256, 2048, 7, 7, 4},
     {1, 2048, 7, 7, 0},     {3, 24, 5, 7, 0},      {2, 13, 9, 11, 0},     {4, 3, 1, 1, 0}};
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm() / b.to(torch::kFloat64).norm().clamp_min(1e-30))
-      .item<double>();
-}
-
-const char* name_of(torch::ScalarType t) { return t == torch::kHalf ? "fp16" : "bf16"; }
-
-// milliseconds per call of f on the current stream, from CUDA events around 20 calls after 3 warm-up calls
-double device_ms(const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0, s);
-  for (int i = 0; i < 20; ++i) f();
-  cudaEventRecord(e1, s);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / 20;
-}
 
 // relu(batch_norm(x) + z) fused against ATen's batch_norm + add + relu in fp32 on the same (bf16/fp16-rounded)
 // values. Statistics and running statistics are computed from the same inputs in fp32/double: 1e-4 relative. The
@@ -88,19 +62,19 @@ void check_against_aten(const Shape& sh, torch::ScalarType dtype, bool add_relu)
   y.backward(dy);
   const double tol = 2e-2;
   EXPECT_TRUE(y.is_contiguous(torch::MemoryFormat::ChannelsLast));
-  EXPECT_LT(rel(y, yr), tol);
-  EXPECT_LT(rel(xf.grad(), xr.grad()), tol);
-  if (add_relu) EXPECT_LT(rel(zf.grad(), zr.grad()), tol);
-  EXPECT_LT(rel(w.grad(), wr.grad()), tol);
-  EXPECT_LT(rel(b.grad(), br.grad()), tol);
-  EXPECT_LT(rel(rm, rmr), 1e-4);
-  EXPECT_LT(rel(rv, rvr), 1e-4);
+  EXPECT_LT(test::rel_l2(y, yr), tol);
+  EXPECT_LT(test::rel_l2(xf.grad(), xr.grad()), tol);
+  if (add_relu) EXPECT_LT(test::rel_l2(zf.grad(), zr.grad()), tol);
+  EXPECT_LT(test::rel_l2(w.grad(), wr.grad()), tol);
+  EXPECT_LT(test::rel_l2(b.grad(), br.grad()), tol);
+  EXPECT_LT(test::rel_l2(rm, rmr), 1e-4);
+  EXPECT_LT(test::rel_l2(rv, rvr), 1e-4);
   // evaluation: running statistics, no autograd
   torch::NoGradGuard ng;
   torch::Tensor ye = fused_batchnorm(x, z, w, b, rm, rv, 0.1, 1e-5, /*training=*/false, add_relu);
   torch::Tensor yer = torch::batch_norm(x.to(torch::kFloat32), w, b, rm, rv, false, 0.1, 1e-5, false);
   if (add_relu) yer = (yer + z.to(torch::kFloat32)).relu();
-  EXPECT_LT(rel(ye, yer), tol);
+  EXPECT_LT(test::rel_l2(ye, yer), tol);
 }
 
 TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
@@ -109,13 +83,13 @@ TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
     for (const Shape& sh : kShapes)
       for (const bool add_relu : {true, false}) {
         if (!add_relu && sh.n == 256 && sh.c != 64) continue;  // the plain variant on the first and small shapes
-        SCOPED_TRACE(testing::Message() << name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x" << sh.w
+        SCOPED_TRACE(testing::Message() << test::name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x" << sh.w
                                         << (add_relu ? " +add+relu" : ""));
         check_against_aten(sh, dtype, add_relu);
       }
 }
 
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
 // Each ResNet-50 shape with the residual add and ReLU: every kernel pass timed on its own (CUDA events) against the
 // bytes it must move - statistics read x; apply reads x and z, writes y; backward reads dy, y, x in its reduction
 // and again in its elementwise pass, which writes dx and dz - then forward + backward through autograd against
@@ -140,28 +114,28 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       torch::Tensor st = torch::empty({6, sh.c}, o32);  // mean, invstd, scale, shift, dweight, dbias
       const int64_t C = sh.c, M = x.numel() / C;
       torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, o32);
-      const auto dt = dtype == torch::kHalf ? kernels::BnDtype::fp16 : kernels::BnDtype::bf16;
+      const auto dt = dtype == torch::kHalf ? kernels::HalfType::fp16 : kernels::HalfType::bf16;
       float* p = st.data_ptr<float>();
-      const double stats = device_ms([&] {
+      const double stats = test::device_ms([&] {
         kernels::bn_forward_stats(x.data_ptr(), dt, M, C, w.data_ptr<float>(), b.data_ptr<float>(), 1e-5f, 0.1f,
                                   rm.data_ptr<float>(), rv.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C,
                                   ws.data_ptr<float>(), s);
       });
-      const double apply = device_ms([&] {
+      const double apply = test::device_ms([&] {
         kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, s);
       });
-      const double backward = device_ms([&] {
+      const double backward = test::device_ms([&] {
         kernels::bn_backward(dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M, C,
                              w.data_ptr<float>(), p, p + C, true, p + 4 * C, p + 5 * C, ws.data_ptr<float>(), s);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const double unit = static_cast<double>(x.numel()) * x.element_size();  // one pass over a tensor, bytes
       auto tbs = [&](double units, double ms) { return units * unit / ms * 1e-9; };
-      const double fused = device_ms([&] {
+      const double fused = test::device_ms([&] {
         torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
         fused_batchnorm(xi, zi, w, b, rm, rv, 0.1, 1e-5, true, true).backward(dy);
       });
-      const double aten = device_ms([&] {
+      const double aten = test::device_ms([&] {
         torch::Tensor xi = x.detach().requires_grad_(true), zi = z.detach().requires_grad_(true);
         (torch::batch_norm(xi, w, b, rm, rv, true, 0.1, 1e-5, false) + zi).relu().backward(dy);
       });
@@ -169,12 +143,12 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       aten_sum += sh.in_resnet50 * aten;
       std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s, backward %.3f ms "
                   "%.2f TB/s; fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
-                  name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
+                  test::name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
                   static_cast<long long>(sh.h), static_cast<long long>(sh.w), stats, tbs(1, stats), apply,
                   tbs(3, apply), backward, tbs(8, backward), fused, tbs(12, fused), aten, aten / fused);
     }
     std::printf("  %s, ResNet-50's 53 layers at batch 256 (with add + ReLU): fused %.2f ms, ATen %.2f ms a step\n",
-                name_of(dtype), fused_sum, aten_sum);
+                test::name_of(dtype), fused_sum, aten_sum);
   }
 }
 #endif

@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "models/batchnorm.h"
 #include "models/fused_batchnorm.h"
+#include "models/max_pool.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "models/vit.h"
@@ -358,6 +359,8 @@ TEST(Models, FusedNormKeepsTheCpuPath) {
   EXPECT_FALSE(fused_batchnorm_applies(x, /*training=*/true, FusedNorm::on));
   EXPECT_FALSE(fused_batchnorm_applies(x.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast),
                                        /*training=*/true, FusedNorm::on));
+  EXPECT_FALSE(max_pool_nhwc_applies(x.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast), 3, 2, 1,
+                                     FusedNorm::on));
   EXPECT_EQ(config_from_overrides({"model.fused_norm=on"}).model.fused_norm, "on");
   EXPECT_THROW(config_from_overrides({"model.fused_norm=yes"}), ConfigError);
 }

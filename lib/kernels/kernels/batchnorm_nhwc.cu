@@ -10,10 +10,9 @@
 // mean, so the variance E[(x-k)^2] - E[x-k]^2 does not cancel), not E[x^2] - E[x]^2.
 #include "batchnorm_nhwc.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
+
+#include "internal/vec.cuh"
 
 namespace trainer::kernels {
 namespace {
@@ -22,27 +21,6 @@ constexpr int kThreads = 256;
 constexpr int kMaxVec = 8;
 constexpr int kUnroll = 4;
 constexpr int kMaxBlocksPerSm = 2048 / kThreads;  // the workspace bound: no SM holds more resident threads
-
-template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
-
-// VEC values moved as one load or store (16 bytes for 8 bf16/fp16 values)
-template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
-template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load(const T* p) {
-  return *reinterpret_cast<const Pack<T, VEC>*>(p);
-}
-template <typename T, int VEC> __device__ __forceinline__ void store(T* p, const float* in) {
-  Pack<T, VEC> out;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out.v[i] = from_f<T>(in[i]);
-  *reinterpret_cast<Pack<T, VEC>*>(p) = out;
-}
 
 // The rows this thread visits: first, first + step, ... (below M); the kernels take them kUnroll at a time, every
 // load of a group issued before any is used, then the tail one by one.
@@ -464,10 +442,10 @@ int64_t bn_workspace_floats(int64_t M, int64_t C) {
   return 2 * grid_y * C + 3 * C;
 }
 
-cudaError_t bn_forward_stats(const void* x, BnDtype dt, int64_t M, int64_t C, const float* weight, const float* bias,
+cudaError_t bn_forward_stats(const void* x, HalfType dt, int64_t M, int64_t C, const float* weight, const float* bias,
                              float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                              float* save_invstd, float* scale, float* shift, float* workspace, cudaStream_t stream) {
-  if (dt == BnDtype::bf16)
+  if (dt == HalfType::bf16)
     forward_stats(static_cast<const __nv_bfloat16*>(x), M, C, weight, bias, eps, momentum, running_mean, running_var,
                   save_mean, save_invstd, scale, shift, workspace, stream);
   else
@@ -484,9 +462,9 @@ cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const fl
   return cudaGetLastError();
 }
 
-cudaError_t bn_apply(const void* x, const void* z, void* y, BnDtype dt, int64_t M, int64_t C, const float* scale,
+cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
                      const float* shift, bool relu, cudaStream_t stream) {
-  if (dt == BnDtype::bf16)
+  if (dt == HalfType::bf16)
     apply(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(z), static_cast<__nv_bfloat16*>(y),
           M, C, scale, shift, relu, stream);
   else
@@ -495,10 +473,10 @@ cudaError_t bn_apply(const void* x, const void* z, void* y, BnDtype dt, int64_t 
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, BnDtype dt, int64_t M,
+cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M,
                         int64_t C, const float* weight, const float* save_mean, const float* save_invstd, bool relu,
                         float* dweight, float* dbias, float* workspace, cudaStream_t stream) {
-  if (dt == BnDtype::bf16)
+  if (dt == HalfType::bf16)
     backward(static_cast<const __nv_bfloat16*>(dy), static_cast<const __nv_bfloat16*>(y),
              static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(dx), static_cast<__nv_bfloat16*>(dz),
              M, C, weight, save_mean, save_invstd, relu, dweight, dbias, workspace, stream);

@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-namespace trainer::kernels {
+#include "kernels/half_type.h"
 
-enum class BnDtype { bf16, fp16 };
+namespace trainer::kernels {
 
 // fp32 workspace the reductions need for M rows of C channels on the current device.
 int64_t bn_workspace_floats(int64_t M, int64_t C);
@@ -20,7 +20,7 @@ int64_t bn_workspace_floats(int64_t M, int64_t C);
 // Per-channel batch mean and biased variance of x (M x C) in fp32 (shifted sums, merged in double), then
 //   save_mean, save_invstd = 1 / sqrt(var + eps), scale = weight * invstd, shift = bias - mean * scale,
 //   running_mean, running_var (if not null) = (1 - momentum) * running + momentum * (mean, var * M / (M - 1)).
-cudaError_t bn_forward_stats(const void* x, BnDtype dt, int64_t M, int64_t C, const float* weight, const float* bias,
+cudaError_t bn_forward_stats(const void* x, HalfType dt, int64_t M, int64_t C, const float* weight, const float* bias,
                       float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                       float* save_invstd, float* scale, float* shift, float* workspace, cudaStream_t stream);
 
@@ -29,12 +29,12 @@ cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const fl
                          float eps, int64_t C, float* scale, float* shift, cudaStream_t stream);
 
 // y = x * scale + shift (+ z) (then max(., 0) when relu); z may be null. x, z, y: M x C.
-cudaError_t bn_apply(const void* x, const void* z, void* y, BnDtype dt, int64_t M, int64_t C, const float* scale,
+cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
               const float* shift, bool relu, cudaStream_t stream);
 
 // The gradients of y = act(bn(x) (+ z)) given dy: g = dy, masked by y > 0 when relu; dbias = sum g,
 // dweight = sum g * xhat; dx = weight * invstd * (g - dbias / M - xhat * dweight / M); dz (if not null) = g.
-cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, BnDtype dt, int64_t M, int64_t C,
+cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M, int64_t C,
                  const float* weight, const float* save_mean, const float* save_invstd, bool relu, float* dweight,
                  float* dbias, float* workspace, cudaStream_t stream);
 

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/batchnorm_nhwc.h"
@@ -12,14 +12,14 @@
 
 namespace trainer {
 
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-kernels::BnDtype dtype_of(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? kernels::BnDtype::bf16 : kernels::BnDtype::fp16;
+kernels::HalfType dtype_of(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
 }
 
 void check(cudaError_t e, const char* what) {
@@ -79,7 +79,7 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
 #endif
 
 bool fused_batchnorm_built() {
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
   return true;
 #else
   return false;
@@ -105,7 +105,7 @@ bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm po
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
                               double momentum, double eps, bool training, bool relu) {
-#ifdef TRAINER_WITH_BN_KERNELS
+#ifdef TRAINER_WITH_KERNELS
   TRAINER_CHECK(weight.scalar_type() == torch::kFloat32 && running_mean.scalar_type() == torch::kFloat32,
                 "fused batch norm: parameters and running statistics must be float32");
   TRAINER_CHECK(!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type() &&

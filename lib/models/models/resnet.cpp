@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "core/check.h"
+#include "models/max_pool.h"
 
 namespace trainer {
 namespace nn = torch::nn;
@@ -132,7 +133,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
 
 torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
   torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
-  if (!opt_.small_stem) y = torch::max_pool2d(y, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+  if (!opt_.small_stem) y = max_pool2d_nhwc(y, /*k=*/3, /*s=*/2, /*p=*/1, opt_.fused_norm);
   for (auto& b : blocks_) y = b->forward(y);
   return y;
 }
