@@ -30,9 +30,8 @@
 #   interp (train with trainer's resize; evaluate with trainer's and with torchvision's)
 #   shards (pack, bench-data from folder / shards / with device augmentations vs the DataLoader, e2e from shards)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run; the step against PyTorch eager after issue 23's changes)
-#   fusedbn (issue 24: the fused batch-norm harness and GPU tests, ResNet-50 bf16 against eager and torch.compile,
-#     fused_norm off)
-#   fusedbn16 (issue 24 in fp16: ResNet-50 with cuDNN's batch norm, with the fused kernels, eager, torch.compile)
+#   fusedbn (issue 24: the fused batch-norm and max-pool harnesses and GPU tests, ResNet-50 bf16 and fp16 against
+#     eager and torch.compile)
 #   bnprof (issue 24: ResNet-50 bf16 steps profiled fused, with model.fused_norm off, and PyTorch under torch.compile)
 #   stopdist (a rank under `trainer launch` on NCCL stops within about a second of SIGTERM, whatever the log interval)
 # Logs and JSON go to OUTDIR. Used for the figures in bench/results/.
@@ -574,17 +573,16 @@ PY
     echo "launch under timeout: exit $rc after $(python3 -c "import time; print(round(time.time() - $t0, 1))") s (SIGTERM at 40 s)"
     grep -E "stop requested|second signal|checkpoint written|joined" "$out/launch_timeout.log"
     ;;
-  fusedbn)  # issue 24: the fused batch-norm kernels' harness (right and fast per ResNet-50 shape), then ResNet-50
-    # against PyTorch eager and torch.compile in this call, bf16 and fp16, and with model.fused_norm off
+  fusedbn)  # issue 24: the kernel harnesses and GPU tests of the fused batch norm and max-pool, then ResNet-50 bf16
+    # and fp16 against PyTorch eager and torch.compile in this call (UNFUSED=1: also with model.fused_norm off)
     stdbuf -oL build/tests/models/models_gpu_test > "$out/fused_bn_test.log" 2>&1
     stdbuf -oL build/tests/engine/engine_gpu_test --gtest_filter='FusedBatchNorm.*:*CudaGraph*' >> "$out/fused_bn_test.log" 2>&1
     grep -E " ms|step [0-9]: loss|OK \]|FAILED|Failure" "$out/fused_bn_test.log" | head -80
-    SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    ;;
-  fusedbn16)  # issue 24 in fp16: auto (cuDNN's batch norm), eager, torch.compile, then model.fused_norm on
-    scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
-    SKIP_PYTORCH=1 EXTRA=model.fused_norm=on SUFFIX=_fused scripts/bench.sh "$out/bench" resnet50 fp16 2>&1 | tail -1
+    for prec in bf16 fp16; do
+      [ "${UNFUSED:-0}" = "1" ] && SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused \
+        scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
+      scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
+    done
     ;;
   bnprof)  # where ResNet-50 bf16's step goes: fused batch norm against off, and against torch.compile (2 steps each)
     for fn in auto off; do

@@ -33,47 +33,57 @@ const std::vector<Shape> kShapes = {
     {256, 1024, 14, 14, 7}, {256, 512, 14, 14, 1}, {256, 512, 7, 7, 5},   {256, 2048, 7, 7, 4},
     {1, 2048, 7, 7, 0},     {3, 24, 5, 7, 0},      {2, 13, 9, 11, 0},     {4, 3, 1, 1, 0}};
 
-// relu(batch_norm(x) + z) fused against ATen's batch_norm + add + relu in fp32 on the same (bf16/fp16-rounded)
+// The three forms ResNet uses: bn3 (+ z, ReLU), bn1/bn2 (ReLU, whose backward recomputes the mask from x), the
+// downsample's (plain).
+struct Form {
+  bool add, relu;
+  const char* name;
+};
+const Form kForms[] = {{true, true, " +add+relu"}, {false, true, " +relu"}, {false, false, ""}};
+
+// relu?(batch_norm(x) (+ z)) fused against ATen's batch_norm (+ add) (+ relu) in fp32 on the same (bf16/fp16-rounded)
 // values. Statistics and running statistics are computed from the same inputs in fp32/double: 1e-4 relative. The
 // outputs and gradients are rounded to the 8 (bf16) or 11 (fp16) bit mantissa once, and the ReLU mask may differ
 // where an output rounds across 0: 2e-2 relative in the L2 norm.
-void check_against_aten(const Shape& sh, torch::ScalarType dtype, bool add_relu) {
+void check_against_aten(const Shape& sh, torch::ScalarType dtype, const Form& form) {
   const torch::Device dev(torch::kCUDA, 0);
   torch::manual_seed(1);
   auto cl = [&](torch::Tensor t) { return t.to(dev, dtype).contiguous(torch::MemoryFormat::ChannelsLast); };
   const auto o32 = torch::TensorOptions().device(dev).dtype(torch::kFloat32);
   torch::Tensor x = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}) * 2 + 0.5);
-  torch::Tensor z = add_relu ? cl(torch::randn({sh.n, sh.c, sh.h, sh.w})) : torch::Tensor();
+  torch::Tensor z = form.add ? cl(torch::randn({sh.n, sh.c, sh.h, sh.w})) : torch::Tensor();
   torch::Tensor dy = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}));
   torch::Tensor w = (torch::rand({sh.c}, o32) + 0.5).requires_grad_(true), b = torch::randn({sh.c}, o32).requires_grad_(true);
   torch::Tensor rm = torch::randn({sh.c}, o32), rv = torch::rand({sh.c}, o32) + 0.5;
   // reference: fp32 ATen on the same rounded values
   torch::Tensor xr = x.to(torch::kFloat32).requires_grad_(true);
-  torch::Tensor zr = add_relu ? z.to(torch::kFloat32).requires_grad_(true) : torch::Tensor();
+  torch::Tensor zr = form.add ? z.to(torch::kFloat32).requires_grad_(true) : torch::Tensor();
   torch::Tensor wr = w.detach().clone().requires_grad_(true), br = b.detach().clone().requires_grad_(true);
   torch::Tensor rmr = rm.clone(), rvr = rv.clone();
   torch::Tensor yr = torch::batch_norm(xr, wr, br, rmr, rvr, /*training=*/true, 0.1, 1e-5, false);
-  if (add_relu) yr = (yr + zr).relu();
+  if (form.add) yr = yr + zr;
+  if (form.relu) yr = yr.relu();
   yr.backward(dy.to(torch::kFloat32));
   // ours
   torch::Tensor xf = x.detach().clone().requires_grad_(true);
-  torch::Tensor zf = add_relu ? z.detach().clone().requires_grad_(true) : torch::Tensor();
-  torch::Tensor y = fused_batchnorm(xf, zf, w, b, rm, rv, 0.1, 1e-5, /*training=*/true, /*relu=*/add_relu);
+  torch::Tensor zf = form.add ? z.detach().clone().requires_grad_(true) : torch::Tensor();
+  torch::Tensor y = fused_batchnorm(xf, zf, w, b, rm, rv, 0.1, 1e-5, /*training=*/true, form.relu);
   y.backward(dy);
   const double tol = 2e-2;
   EXPECT_TRUE(y.is_contiguous(torch::MemoryFormat::ChannelsLast));
   EXPECT_LT(test::rel_l2(y, yr), tol);
   EXPECT_LT(test::rel_l2(xf.grad(), xr.grad()), tol);
-  if (add_relu) EXPECT_LT(test::rel_l2(zf.grad(), zr.grad()), tol);
+  if (form.add) EXPECT_LT(test::rel_l2(zf.grad(), zr.grad()), tol);
   EXPECT_LT(test::rel_l2(w.grad(), wr.grad()), tol);
   EXPECT_LT(test::rel_l2(b.grad(), br.grad()), tol);
   EXPECT_LT(test::rel_l2(rm, rmr), 1e-4);
   EXPECT_LT(test::rel_l2(rv, rvr), 1e-4);
   // evaluation: running statistics, no autograd
   torch::NoGradGuard ng;
-  torch::Tensor ye = fused_batchnorm(x, z, w, b, rm, rv, 0.1, 1e-5, /*training=*/false, add_relu);
+  torch::Tensor ye = fused_batchnorm(x, z, w, b, rm, rv, 0.1, 1e-5, /*training=*/false, form.relu);
   torch::Tensor yer = torch::batch_norm(x.to(torch::kFloat32), w, b, rm, rv, false, 0.1, 1e-5, false);
-  if (add_relu) yer = (yer + z.to(torch::kFloat32)).relu();
+  if (form.add) yer = yer + z.to(torch::kFloat32);
+  if (form.relu) yer = yer.relu();
   EXPECT_LT(test::rel_l2(ye, yer), tol);
 }
 
@@ -81,18 +91,19 @@ TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
   REQUIRE_KERNELS();
   for (const auto dtype : {torch::kBFloat16, torch::kHalf})
     for (const Shape& sh : kShapes)
-      for (const bool add_relu : {true, false}) {
-        if (!add_relu && sh.n == 256 && sh.c != 64) continue;  // the plain variant on the first and small shapes
-        SCOPED_TRACE(testing::Message() << test::name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x" << sh.w
-                                        << (add_relu ? " +add+relu" : ""));
-        check_against_aten(sh, dtype, add_relu);
+      for (const Form& form : kForms) {
+        if (!form.add && sh.n == 256 && sh.c > 256) continue;  // the other forms on the layers that have them
+        SCOPED_TRACE(testing::Message() << test::name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x"
+                                        << sh.w << form.name);
+        check_against_aten(sh, dtype, form);
       }
 }
 
 #ifdef TRAINER_WITH_KERNELS
 // Each ResNet-50 shape with the residual add and ReLU: every kernel pass timed on its own (CUDA events) against the
-// bytes it must move - statistics read x; apply reads x and z, writes y; backward reads dy, y, x in its reduction
-// and again in its elementwise pass, which writes dx and dz - then forward + backward through autograd against
+// bytes it must move - statistics read x; apply reads x and z, writes y; backward reads dy, y, x in its reduction,
+// which writes the masked gradient dz, and dz and x in its elementwise pass, which writes dx (a ReLU alone: dy and x
+// twice, dx written) - then forward + backward through autograd against
 // ATen's ops in the same dtype (bf16: ATen's generic NHWC kernels; fp16: cuDNN's), and the sum over ResNet-50's 53
 // layers. A measurement (speed is judged in bench/, not here): it asserts only that every launch succeeded.
 TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
@@ -124,9 +135,15 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       const double apply = test::device_ms([&] {
         kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, s);
       });
+      const double backward_relu = test::device_ms([&] {  // bn1/bn2: the mask from x, no dz
+        kernels::bn_backward(dy.data_ptr(), nullptr, x.data_ptr(), dx.data_ptr(), nullptr, dt, M, C,
+                             w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
+                             ws.data_ptr<float>(), s);
+      });
       const double backward = test::device_ms([&] {
         kernels::bn_backward(dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M, C,
-                             w.data_ptr<float>(), p, p + C, true, p + 4 * C, p + 5 * C, ws.data_ptr<float>(), s);
+                             w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
+                             ws.data_ptr<float>(), s);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const double unit = static_cast<double>(x.numel()) * x.element_size();  // one pass over a tensor, bytes
@@ -142,10 +159,10 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       fused_sum += sh.in_resnet50 * fused;
       aten_sum += sh.in_resnet50 * aten;
       std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s, backward %.3f ms "
-                  "%.2f TB/s; fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
+                  "%.2f TB/s (ReLU alone %.3f ms %.2f TB/s); fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
                   test::name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
                   static_cast<long long>(sh.h), static_cast<long long>(sh.w), stats, tbs(1, stats), apply,
-                  tbs(3, apply), backward, tbs(8, backward), fused, tbs(12, fused), aten, aten / fused);
+                  tbs(3, apply), backward, tbs(7, backward), backward_relu, tbs(5, backward_relu), fused, tbs(11, fused), aten, aten / fused);
     }
     std::printf("  %s, ResNet-50's 53 layers at batch 256 (with add + ReLU): fused %.2f ms, ATen %.2f ms a step\n",
                 test::name_of(dtype), fused_sum, aten_sum);

@@ -11,6 +11,7 @@
 #include "batchnorm_nhwc.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "internal/vec.cuh"
 
@@ -82,31 +83,67 @@ int pick_vec(int64_t C, const void* a, const void* b = nullptr, const void* c = 
 
 // ---- reductions ----
 
+// Where the ReLU passed the gradient: nowhere masked (kNoMask), y > 0 (kMaskY), or the forward's output recomputed
+// from x with its scale and shift, rounded to T as it was stored, > 0 (kMaskX: for a ReLU without the residual add,
+// so that the backward need not read y).
+enum Mask : int { kNoMask, kMaskY, kMaskX };
+
+template <typename T, int VEC, int MASK>
+__device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const Pack<T, VEC>& x, const float* sc,
+                                          const float* sf) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if constexpr (MASK == kMaskY) g[i] = to_f(y.v[i]) > 0.f ? g[i] : 0.f;
+    if constexpr (MASK == kMaskX) g[i] = to_f(from_f<T>(fmaf(to_f(x.v[i]), sc[i], sf[i]))) > 0.f ? g[i] : 0.f;
+  }
+}
+
 // One row's contribution. Statistics (BWD = false): a += x - k, b += (x - k)^2 with k the first row. Gradient sums
-// (BWD = true): g = dy, masked by y > 0 when RELU; a += g, b += g * (x - k) with k the mean.
-template <typename T, int VEC, bool BWD, bool RELU>
+// (BWD = true): g = dy masked as MASK says; a += g, b += g * (x - k) with k the mean; g stored to g_out when
+// STORE_G (the residual branch's gradient, which the elementwise pass then reads instead of dy and y).
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G>
 __device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& y,
-                                           const float* k, float* a, float* b) {
+                                           const float* k, const float* sc, const float* sf, float* a, float* b,
+                                           T* g_out) {
+  float g[VEC];
+  if constexpr (BWD) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) g[i] = to_f(dy.v[i]);
+    mask_grad<T, VEC, MASK>(g, y, x, sc, sf);
+  }
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     const float d = to_f(x.v[i]) - k[i];
     if constexpr (BWD) {
-      float g = to_f(dy.v[i]);
-      if constexpr (RELU) g = to_f(y.v[i]) > 0.f ? g : 0.f;
-      a[i] += g;
-      b[i] += g * d;
+      a[i] += g[i];
+      b[i] += g[i] * d;
     } else {
       a[i] += d;
       b[i] += d * d;
     }
   }
+  if constexpr (STORE_G) store<T, VEC>(g_out, g);
+}
+
+// the per-channel scale and shift of the thread's vector, for kMaskX
+template <int VEC, int MASK>
+__device__ __forceinline__ void load_mask_coef(const float* scale, const float* shift, int c0, float* sc, float* sf) {
+  if constexpr (MASK == kMaskX) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      sc[i] = scale[c0 + i];
+      sf[i] = shift[c0 + i];
+    }
+  }
 }
 
 // partial: [2][grid.y][C], the block's sums a and b over its rows
-template <typename T, int VEC, bool BWD, bool RELU>
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                                                           const T* __restrict__ y, const float* __restrict__ mean,
-                                                          int64_t M, int C, float* __restrict__ partial) {
+                                                          const float* __restrict__ scale,
+                                                          const float* __restrict__ shift, int64_t M, int C,
+                                                          float* __restrict__ partial, T* __restrict__ g_out) {
   __shared__ float sh[2][kThreads * kMaxVec];
   const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
   const int v = blockIdx.x * TX + tx, c0 = v * VEC;
@@ -114,7 +151,8 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
 #pragma unroll
   for (int i = 0; i < VEC; ++i) a[i] = b[i] = 0.f;
   if (v < C / VEC) {
-    float k[VEC];
+    float k[VEC], sc[VEC], sf[VEC];
+    load_mask_coef<VEC, MASK>(scale, shift, c0, sc, sf);
     if constexpr (BWD) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) k[i] = mean[c0 + i];
@@ -132,17 +170,19 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
         const int64_t o = (r + u * rows.step) * C + c0;
         px[u] = load<T, VEC>(x + o);
         if constexpr (BWD) pg[u] = load<T, VEC>(dy + o);
-        if constexpr (RELU) py[u] = load<T, VEC>(y + o);
+        if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) accumulate<T, VEC, BWD, RELU>(px[u], pg[u], py[u], k, a, b);
+      for (int u = 0; u < kUnroll; ++u)
+        accumulate<T, VEC, BWD, MASK, STORE_G>(px[u], pg[u], py[u], k, sc, sf, a, b,
+                                               g_out + (r + u * rows.step) * C + c0);
     }
     for (; r < M; r += rows.step) {
       const int64_t o = r * C + c0;
       px[0] = load<T, VEC>(x + o);
       if constexpr (BWD) pg[0] = load<T, VEC>(dy + o);
-      if constexpr (RELU) py[0] = load<T, VEC>(y + o);
-      accumulate<T, VEC, BWD, RELU>(px[0], pg[0], py[0], k, a, b);
+      if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
+      accumulate<T, VEC, BWD, MASK, STORE_G>(px[0], pg[0], py[0], k, sc, sf, a, b, g_out + o);
     }
   }
   const int slot = (ty * TX + tx) * VEC;
@@ -293,16 +333,18 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
   }
 }
 
-// g = dy (masked by y > 0 when RELU); dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g when DZ
-template <typename T, int VEC, bool DZ, bool RELU>
+// g = dy masked as MASK says; dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g when DZ
+template <typename T, int VEC, bool DZ, int MASK>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ y,
                                                             const T* __restrict__ x, T* __restrict__ dx,
                                                             T* __restrict__ dz, int64_t M, int C,
                                                             const float* __restrict__ coef,
-                                                            const float* __restrict__ mean) {
+                                                            const float* __restrict__ mean,
+                                                            const float* __restrict__ scale,
+                                                            const float* __restrict__ shift) {
   const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
   if (v >= C / VEC) return;
-  float ca[VEC], cb[VEC], cac[VEC], mu[VEC];
+  float ca[VEC], cb[VEC], cac[VEC], mu[VEC], sc[VEC], sf[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     ca[i] = coef[c0 + i];
@@ -310,14 +352,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
     cac[i] = coef[2 * C + c0 + i];
     mu[i] = mean[c0 + i];
   }
+  load_mask_coef<VEC, MASK>(scale, shift, c0, sc, sf);
   auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<T, VEC>& xv, int64_t o) {
     float g[VEC], d[VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      g[i] = to_f(gv.v[i]);
-      if constexpr (RELU) g[i] = to_f(yv.v[i]) > 0.f ? g[i] : 0.f;
-      d[i] = ca[i] * (g[i] - cb[i]) - cac[i] * (to_f(xv.v[i]) - mu[i]);
-    }
+    for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
+    mask_grad<T, VEC, MASK>(g, yv, xv, sc, sf);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) d[i] = ca[i] * (g[i] - cb[i]) - cac[i] * (to_f(xv.v[i]) - mu[i]);
     if constexpr (DZ) store<T, VEC>(dz + o, g);
     store<T, VEC>(dx + o, d);
   };
@@ -329,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t o = (r + u * rows.step) * C + c0;
       pg[u] = load<T, VEC>(dy + o);
-      if constexpr (RELU) py[u] = load<T, VEC>(y + o);
+      if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
       px[u] = load<T, VEC>(x + o);
     }
 #pragma unroll
@@ -338,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
   for (; r < M; r += rows.step) {
     const int64_t o = r * C + c0;
     pg[0] = load<T, VEC>(dy + o);
-    if constexpr (RELU) py[0] = load<T, VEC>(y + o);
+    if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
     px[0] = load<T, VEC>(x + o);
     out(pg[0], py[0], px[0], o);
   }
@@ -349,14 +391,22 @@ const dim3 kFinalBlock(kFinalX, kFinalY);
 
 // ---- typed launchers ----
 
+// the backward's pointers (see bn_backward)
+template <typename T> struct BwdArgs {
+  const T *dy, *y, *x;
+  T *dx, *dz;
+  const float *weight, *mean, *invstd, *scale, *shift;
+  float *dweight, *dbias, *workspace;
+};
+
 template <typename T, int VEC>
 void forward_stats_vec(const T* x, int64_t M, int64_t C, const float* weight, const float* bias, float eps,
                        float momentum, float* rm, float* rv, float* save_mean, float* save_invstd, float* scale,
                        float* shift, float* workspace, cudaStream_t s) {
-  constexpr auto kernel = reduce_kernel<T, VEC, false, false>;
+  constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false>;
   const Tile t = tile_for<kernel>(M, C, VEC);
   const int Ci = static_cast<int>(C);
-  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, M, Ci, workspace);
+  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, nullptr, nullptr, M, Ci, workspace, nullptr);
   finalize_stats<T><<<final_grid(C), kFinalBlock, 0, s>>>(x, workspace, t.grid.y, M, Ci, weight, bias, eps, momentum,
                                                           rm, rv, save_mean, save_invstd, scale, shift);
 }
@@ -397,40 +447,43 @@ void apply(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scal
   else apply_vec<T, 1>(x, z, y, M, C, scale, shift, relu, s);
 }
 
-template <typename T, int VEC, bool DZ, bool RELU>
-void backward_launch(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int64_t C, const float* weight,
-                     const float* mean, const float* invstd, float* dweight, float* dbias, float* workspace,
-                     cudaStream_t s) {
-  constexpr auto reduce = reduce_kernel<T, VEC, true, RELU>;
-  constexpr auto elementwise = backward_kernel<T, VEC, DZ, RELU>;
+// The passes over the tensor per case: with the residual add and ReLU the reduction reads dy, y and x and writes
+// the masked gradient to dz, which the elementwise pass reads back with x (7 passes: not dy and y twice, 8); a ReLU
+// alone recomputes its mask from x (5, not 7 with y); no ReLU reads dy and x (5, and 1 more writing dz = dy).
+template <typename T, int VEC, bool DZ, int MASK>
+void backward_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
+  constexpr bool kStoreG = DZ && MASK != kNoMask;
+  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, kStoreG>;
+  constexpr auto elementwise = backward_kernel<T, VEC, DZ && !kStoreG, kStoreG ? int(kNoMask) : MASK>;
   const int Ci = static_cast<int>(C);
   const Tile t = tile_for<reduce>(M, C, VEC);
-  reduce<<<t.grid, t.block, 0, s>>>(x, dy, y, mean, M, Ci, workspace);
-  float* coef = workspace + 2 * int64_t(t.grid.y) * C;
-  finalize_backward<<<final_grid(C), kFinalBlock, 0, s>>>(workspace, t.grid.y, M, Ci, weight, invstd, dweight, dbias,
-                                                          coef);
+  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.y, a.mean, a.scale, a.shift, M, Ci, a.workspace, a.dz);
+  float* coef = a.workspace + 2 * int64_t(t.grid.y) * C;
+  finalize_backward<<<final_grid(C), kFinalBlock, 0, s>>>(a.workspace, t.grid.y, M, Ci, a.weight, a.invstd,
+                                                          a.dweight, a.dbias, coef);
   const Tile e = tile_for<elementwise>(M, C, VEC);
-  elementwise<<<e.grid, e.block, 0, s>>>(dy, y, x, dx, dz, M, Ci, coef, mean);
+  elementwise<<<e.grid, e.block, 0, s>>>(kStoreG ? a.dz : a.dy, a.y, a.x, a.dx, a.dz, M, Ci, coef, a.mean, a.scale,
+                                         a.shift);
 }
 
 template <typename T, int VEC>
-void backward_vec(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int64_t C, const float* weight,
-                  const float* mean, const float* invstd, bool relu, float* dweight, float* dbias, float* workspace,
-                  cudaStream_t s) {
-  if (dz && relu) backward_launch<T, VEC, true, true>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
-  else if (dz) backward_launch<T, VEC, true, false>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
-  else if (relu) backward_launch<T, VEC, false, true>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
-  else backward_launch<T, VEC, false, false>(dy, y, x, dx, dz, M, C, weight, mean, invstd, dweight, dbias, workspace, s);
+void backward_vec(const BwdArgs<T>& a, int64_t M, int64_t C, bool relu, cudaStream_t s) {
+  const int mask = !relu ? kNoMask : a.y ? kMaskY : kMaskX;
+  if (a.dz) {
+    if (mask == kMaskY) backward_launch<T, VEC, true, kMaskY>(a, M, C, s);
+    else if (mask == kMaskX) backward_launch<T, VEC, true, kMaskX>(a, M, C, s);
+    else backward_launch<T, VEC, true, kNoMask>(a, M, C, s);
+  } else {
+    if (mask == kMaskY) backward_launch<T, VEC, false, kMaskY>(a, M, C, s);
+    else if (mask == kMaskX) backward_launch<T, VEC, false, kMaskX>(a, M, C, s);
+    else backward_launch<T, VEC, false, kNoMask>(a, M, C, s);
+  }
 }
 
 template <typename T>
-void backward(const T* dy, const T* y, const T* x, T* dx, T* dz, int64_t M, int64_t C, const float* weight,
-              const float* mean, const float* invstd, bool relu, float* dweight, float* dbias, float* workspace,
-              cudaStream_t s) {
-  if (pick_vec(C, dy, relu ? y : nullptr, x, dx, dz) == kMaxVec)
-    backward_vec<T, kMaxVec>(dy, y, x, dx, dz, M, C, weight, mean, invstd, relu, dweight, dbias, workspace, s);
-  else
-    backward_vec<T, 1>(dy, y, x, dx, dz, M, C, weight, mean, invstd, relu, dweight, dbias, workspace, s);
+void backward(const BwdArgs<T>& a, int64_t M, int64_t C, bool relu, cudaStream_t s) {
+  if (pick_vec(C, a.dy, a.y, a.x, a.dx, a.dz) == kMaxVec) backward_vec<T, kMaxVec>(a, M, C, relu, s);
+  else backward_vec<T, 1>(a, M, C, relu, s);
 }
 
 }  // namespace
@@ -474,16 +527,19 @@ cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t
 }
 
 cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M,
-                        int64_t C, const float* weight, const float* save_mean, const float* save_invstd, bool relu,
-                        float* dweight, float* dbias, float* workspace, cudaStream_t stream) {
-  if (dt == HalfType::bf16)
-    backward(static_cast<const __nv_bfloat16*>(dy), static_cast<const __nv_bfloat16*>(y),
-             static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(dx), static_cast<__nv_bfloat16*>(dz),
-             M, C, weight, save_mean, save_invstd, relu, dweight, dbias, workspace, stream);
-  else
-    backward(static_cast<const __half*>(dy), static_cast<const __half*>(y), static_cast<const __half*>(x),
-             static_cast<__half*>(dx), static_cast<__half*>(dz), M, C, weight, save_mean, save_invstd, relu, dweight,
-             dbias, workspace, stream);
+                        int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
+                        const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
+                        float* workspace, cudaStream_t stream) {
+  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;  // no way to know the ReLU's mask
+  auto run = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const BwdArgs<T> a{static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x),
+                       static_cast<T*>(dx), static_cast<T*>(dz), weight, save_mean, save_invstd, scale, shift,
+                       dweight, dbias, workspace};
+    backward(a, M, C, relu, stream);
+  };
+  if (dt == HalfType::bf16) run(static_cast<__nv_bfloat16*>(nullptr));
+  else run(static_cast<__half*>(nullptr));
   return cudaGetLastError();
 }
 

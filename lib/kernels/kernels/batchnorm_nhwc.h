@@ -32,10 +32,13 @@ cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const fl
 cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
               const float* shift, bool relu, cudaStream_t stream);
 
-// The gradients of y = act(bn(x) (+ z)) given dy: g = dy, masked by y > 0 when relu; dbias = sum g,
-// dweight = sum g * xhat; dx = weight * invstd * (g - dbias / M - xhat * dweight / M); dz (if not null) = g.
-cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M, int64_t C,
-                 const float* weight, const float* save_mean, const float* save_invstd, bool relu, float* dweight,
-                 float* dbias, float* workspace, cudaStream_t stream);
+// The gradients of y = act(bn(x) (+ z)) given dy: g = dy, masked by the ReLU's output > 0 when relu; dbias = sum g,
+// dweight = sum g * xhat; dx = weight * invstd * (g - dbias / M - xhat * dweight / M); dz (if not null) = g. The
+// ReLU's mask is y > 0 where y is given, else recomputed from x with the forward's scale and shift (bn_forward_stats),
+// which saves reading y where nothing else needs it. The gradient may be written to dz before dx is computed.
+cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M,
+                        int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
+                        const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
+                        float* workspace, cudaStream_t stream);
 
 }  // namespace trainer::kernels

@@ -50,7 +50,8 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     check(kernels::bn_apply(x.data_ptr(), has_z ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
                             f32(scale), f32(shift), relu, s),
           "apply");
-    ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, mean, invstd});
+    // the ReLU's mask: from y where the residual was added, else recomputed from x with scale and shift
+    ctx->save_for_backward({x, relu && has_z ? y : torch::Tensor(), weight, mean, invstd, scale, shift});
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["has_z"] = has_z;
     return y;
@@ -58,7 +59,8 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4],
+                        &scale = saved[5], &shift = saved[6];
     const bool relu = ctx->saved_data["relu"].toBool(), has_z = ctx->saved_data["has_z"].toBool();
     const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
     const int64_t C = x.size(1), M = x.numel() / C;
@@ -67,9 +69,9 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     torch::Tensor dz = has_z ? torch::empty_like(x, torch::MemoryFormat::ChannelsLast) : torch::Tensor();
     torch::Tensor dweight = torch::empty({C}, f), dbias = torch::empty({C}, f);
     torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
-    check(kernels::bn_backward(dy.data_ptr(), relu ? y.data_ptr() : nullptr, x.data_ptr(), dx.data_ptr(),
+    check(kernels::bn_backward(dy.data_ptr(), y.defined() ? y.data_ptr() : nullptr, x.data_ptr(), dx.data_ptr(),
                                has_z ? dz.data_ptr() : nullptr, dtype_of(x), M, C, f32(weight), f32(mean), f32(invstd),
-                               relu, f32(dweight), f32(dbias), f32(ws), stream_of(x)),
+                               f32(scale), f32(shift), relu, f32(dweight), f32(dbias), f32(ws), stream_of(x)),
           "backward");
     return {dx, dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
