@@ -584,18 +584,19 @@ PY
       scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
     done
     ;;
-  bnprof)  # where ResNet-50 bf16's step goes: fused batch norm against off, and against torch.compile (2 steps each)
+  bnprof)  # where ResNet-50 bf16's step goes: fused batch norm against off, and against torch.compile (2 steps each;
+    # runs and traces stay in /tmp/bnprof, too large to come back)
     for fn in auto off; do
       $T --config configs/bench.yaml --set data.synthetic_samples=8192 --set train.epochs=1 --set train.max_steps=24 \
         --set data.eval_split= --set train.eval_interval=0 --set checkpoint.every_epoch=false \
-        --set model.fused_norm=$fn --set run.out_dir="$out/rn50" --set run.name=$fn --profile 20:22 \
+        --set model.fused_norm=$fn --set run.out_dir=/tmp/bnprof --set run.name=$fn --profile 20:22 \
         > "$out/rn50_$fn.log" 2>&1 || tail -20 "$out/rn50_$fn.log"
     done
     python3 scripts/profile_pytorch.py --model resnet50 --precision bf16 --channels-last --compile \
-      --out "$out/rn50_compile_trace.json" > "$out/rn50_compile.log" 2>&1 || tail -20 "$out/rn50_compile.log"
-    python3 scripts/kernel_table.py "$out/rn50/auto/trace.json" "$out/rn50/off/trace.json" --top 40 \
+      --out /tmp/bnprof/compile_trace.json > "$out/rn50_compile.log" 2>&1 || tail -20 "$out/rn50_compile.log"
+    python3 scripts/kernel_table.py /tmp/bnprof/auto/trace.json /tmp/bnprof/off/trace.json --top 40 \
       | tee "$out/rn50_kernels_fused_vs_off.txt"
-    python3 scripts/kernel_table.py "$out/rn50/auto/trace.json" "$out/rn50_compile_trace.json" --top 40 \
+    python3 scripts/kernel_table.py /tmp/bnprof/auto/trace.json /tmp/bnprof/compile_trace.json --top 40 \
       | tee "$out/rn50_kernels_fused_vs_compile.txt"
     ;;
   fmnist)
