@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 
 namespace trainer {
@@ -21,10 +22,15 @@ bool fused_batchnorm_built();
 // more than one value per channel in training; in evaluation only without autograd (the fused function has no eval
 // backward).
 bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm policy);
+using AllReduceFn = std::function<void(torch::Tensor&)>;  // in-place sum over ranks
+
 // y = relu?(batch_norm(x) + z); z undefined for none (else x's shape and dtype). Updates the running statistics in
-// training.
+// training. all_reduce (SyncBatchNorm, training only; it must outlive the backward): the statistics and the input
+// gradient over all ranks' batches, through one all-reduce of per-channel sums each way (shifted by the running
+// mean, which every rank holds alike); the parameter gradients stay this rank's.
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
-                              double momentum, double eps, bool training, bool relu);
+                              double momentum, double eps, bool training, bool relu,
+                              const AllReduceFn* all_reduce = nullptr);
 
 }  // namespace trainer
