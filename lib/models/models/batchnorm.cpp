@@ -28,7 +28,8 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 }  // namespace
 
 torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
-  const bool fuse = options.affine() && options.track_running_stats() &&
+  // auto leaves SyncBatchNorm to ATen's ops until its fused path has been measured on GPUs; on fuses it too
+  const bool fuse = (!all_reduce_ || fused_ == FusedNorm::on) && options.affine() && options.track_running_stats() &&
                     options.momentum().has_value() && fused_batchnorm_applies(x, is_training(), fused_) &&
                     (!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type()));
   ran_fused_ = fuse;

@@ -10,9 +10,9 @@
 
 namespace trainer {
 
-// model.fused_norm: off; auto = the dtypes where the kernels beat ATen's path in a ResNet step (bf16 and fp16, where
-// ATen takes cuDNN's NHWC batch norm: bench/results/2026-12-01_h200/run54_fused_bn_fast); on = wherever they can run
-// (the same today).
+// model.fused_norm: off; auto = where the kernels beat ATen's path in a ResNet step (bf16 and fp16, where ATen takes
+// cuDNN's NHWC batch norm: bench/results/2026-12-01_h200/run54_fused_bn_fast), SyncBatchNorm excluded until its
+// fused path is measured; on = wherever they can run, SyncBatchNorm included.
 enum class FusedNorm { off, faster, on };
 FusedNorm fused_norm_from(const std::string& config_value);  // "auto" | "on" | "off"
 
