@@ -31,6 +31,17 @@ TEST(Strings, CatJoinSplitTrim) {
   EXPECT_EQ(strprintf("%05.1f|%s", 3.14159, "ok"), "003.1|ok");
 }
 
+// The paths trainer prints for the user are absolute: relative ones get the working directory, existing ones are
+// resolved.
+TEST(Fs, AbsolutePathResolvesRelativeAndExistingPaths) {
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(fs::absolute_path("no_such_dir/model.safetensors"), std::string(cwd) + "/no_such_dir/model.safetensors");
+  EXPECT_EQ(fs::absolute_path("/no/such/file"), "/no/such/file");
+  EXPECT_EQ(fs::absolute_path("."), std::string(cwd));
+  EXPECT_EQ(fs::absolute_path("/tmp/../tmp"), "/tmp");
+}
+
 TEST(Check, ThrowsWithFileLineAndMessage) {
   try {
     TRAINER_CHECK(1 + 1 == 3, "arithmetic is broken: ", 42);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -70,6 +71,17 @@ int64_t file_size(const std::string& p) {
 std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty() || (!b.empty() && b[0] == '/')) return b;
   return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+std::string absolute_path(const std::string& p) {
+  if (char* r = ::realpath(p.c_str(), nullptr)) {
+    std::string out(r);
+    ::free(r);
+    return out;
+  }
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[4096];
+  return ::getcwd(cwd, sizeof(cwd)) ? join_path(cwd, p) : p;
 }
 
 std::string parent_path(const std::string& p) {

@@ -18,6 +18,8 @@ std::vector<std::string> list_dir(const std::string& path);
 int64_t file_size(const std::string& path);  // -1 when missing
 std::string join_path(const std::string& a, const std::string& b);
 std::string parent_path(const std::string& path);
+// path from the root: an existing one resolved (links, ".."), else the working directory joined in front.
+std::string absolute_path(const std::string& path);
 // Writes text to path atomically (temp file, fsync, rename).
 void write_text_atomic(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);

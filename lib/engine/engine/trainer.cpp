@@ -896,6 +896,20 @@ FitResult Trainer::fit_epochs() {
   StepProfiler profiler(parse_profile_range(cfg_.run.profile), run_dir_->file("trace.json"), ctx_.device);
   const auto t_run = Clock::now();
   const int64_t step_at_start = step_;
+  // the bar moves every step (drawn at most ten times a second); loss and img/s change at log points, the one sync
+  ProgressState ps;
+  const double total_steps = cfg_.train.max_steps > 0
+                                 ? std::min<double>(cfg_.train.max_steps, epochs * steps_per_epoch)
+                                 : static_cast<double>(epochs * steps_per_epoch);
+  auto show_progress = [&](int64_t epoch, int64_t batch_in_epoch) {
+    ps.epoch = epoch + 1;
+    ps.epochs = epochs;
+    ps.step = batch_in_epoch / cfg_.train.accum_steps;
+    ps.steps = steps_per_epoch;
+    const double done_steps = static_cast<double>(step_ - step_at_start);
+    ps.eta_s = done_steps > 0 ? seconds_since(t_run) / done_steps * (total_steps - step_) : -1;
+    bar.update(ps);
+  };
 
   FitResult res;
   model_->train();
@@ -941,8 +955,10 @@ FitResult Trainer::fit_epochs() {
         if (fused.second > 0)
           log::info("model.fused_norm ", cfg_.model.fused_norm, ": ", fused.first, " of ", fused.second,
                     " batch-norm layers ran trainer's fused kernels",
-                    fused.first < fused.second ? " (the others: ATen's; fused needs CUDA, channels_last, bf16, no sync_bn)"
-                                               : "");
+                    fused.first < fused.second
+                        ? " (the others: ATen's; fused needs CUDA, channels_last, bf16 or fp16, and fused_norm on "
+                          "with sync_bn)"
+                        : "");
       }
       if (step_ % cfg_.run.log_interval == 0) {
         check_nonfinite_run();
@@ -966,22 +982,13 @@ FitResult Trainer::fit_epochs() {
         r.flops_per_image = train_flops;
         r.peak_flops = peak;
         const double rate = report_interval(r);
-        ProgressState ps;
-        ps.epoch = epoch + 1;
-        ps.epochs = epochs;
-        ps.step = batch_in_epoch / cfg_.train.accum_steps;
-        ps.steps = steps_per_epoch;
         ps.img_per_s = rate * ctx_.world_size;
         ps.loss = loss;
-        const double done_steps = static_cast<double>(step_ - step_at_start);
-        const double total = cfg_.train.max_steps > 0 ? std::min<double>(cfg_.train.max_steps, epochs * steps_per_epoch)
-                                                      : static_cast<double>(epochs * steps_per_epoch);
-        ps.eta_s = done_steps > 0 ? seconds_since(t_run) / done_steps * (total - step_) : -1;
-        bar.update(ps);
         t_log = Clock::now();
         images_since = micro_since = 0;
         wait_since = 0;
       }
+      if (show_bar) show_progress(epoch, batch_in_epoch);
       if (cfg_.checkpoint.every_steps > 0 && step_ % cfg_.checkpoint.every_steps == 0)
         save_checkpoint(epoch, batch_in_epoch);
       if (stop_agreed()) {  // preemption: save where we are and leave
@@ -1035,7 +1042,7 @@ FitResult Trainer::fit_epochs() {
             res.eval.samples ? strprintf("; final eval top1 %.2f%% on %lld images", res.eval.top1,
                                          static_cast<long long>(res.eval.samples))
                              : std::string(),
-            "; weights in ", run_dir_->file("model.safetensors"));
+            "; weights in ", fs::absolute_path(run_dir_->file("model.safetensors")));
   return res;
 }
 
