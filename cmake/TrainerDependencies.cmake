@@ -4,6 +4,11 @@
 # ---- LibTorch ----
 # Given Torch_DIR or CMAKE_PREFIX_PATH (an unpacked LibTorch archive, or the wheel's prefix) it is used as is.
 # Otherwise ask Python where the torch wheel keeps its CMake files: the project venv first, then python3.
+# Two warnings of torch's CMake files say nothing about this build, so they are kept quiet: its cuda.cmake enables
+# CUDA, which initialises CMAKE_CUDA_ARCHITECTURES (policy CMP0104), then warns that it ignores that value (our own
+# CUDA targets name their architectures themselves); and the wheel has no separate kineto library (the profiler is
+# built into libtorch_cpu), which TorchConfig looks for anyway.
+cmake_policy(SET CMP0104 OLD)
 find_package(Torch CONFIG QUIET)
 if(NOT Torch_FOUND)
   set(_trainer_pythons "${PROJECT_SOURCE_DIR}/.venv/bin/python3" python3)
@@ -20,6 +25,9 @@ if(NOT Torch_FOUND)
       if(_torch_rc EQUAL 0 AND _torch_prefix)
         message(STATUS "LibTorch from ${_py_exe}: ${_torch_prefix}")
         list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+        if(NOT DEFINED kineto_LIBRARY AND EXISTS "${_torch_prefix}/../../lib/libtorch_cpu.so")
+          get_filename_component(kineto_LIBRARY "${_torch_prefix}/../../lib/libtorch_cpu.so" ABSOLUTE)
+        endif()
         break()
       endif()
     endif()
