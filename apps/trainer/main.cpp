@@ -37,7 +37,8 @@ namespace {
 const std::vector<trainer::CommandSpec> kCommands = {
     {"train", "train a model from a config (the default command)"},
     {"eval", "evaluate --weights W on the config's eval split (top-1, top-5, loss)"},
-    {"bench", "time training steps on synthetic data resident on the device; --out FILE writes JSON"},
+    {"bench", "time training steps (synthetic batches on the device; bench.data: pipeline feeds them from the "
+              "data config); --out FILE writes JSON"},
     {"launch", "start --nproc-per-node N ranks of trainer with torchrun's variables: launch [opts] -- <args>"},
     {"export", "write the model of --checkpoint C as safetensors (timm names) to --out FILE"},
     {"bench-data", "time the image input pipeline alone (the config's training split); --out FILE writes JSON"},

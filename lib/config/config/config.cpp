@@ -148,8 +148,9 @@ Schema fields_of(Config& c) {
                {"auto", "float32", "bfloat16"});
   s.add_string("data.decode", &c.data.decode,
                "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
-               "engines where present) with crop, resize and flip on the GPU; auto = time both on a few batches at "
-               "start-up and keep the faster",
+               "engines where present) with crop, resize and flip on the GPU; auto = start on the CPU path and, while "
+               "training, switch to the GPU path where training waits for data the decode threads cannot make, "
+               "keeping it only if it is faster end to end",
                {"cpu", "gpu", "auto"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "

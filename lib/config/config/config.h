@@ -38,7 +38,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "idx";         // synthetic | idx | cifar10 | cifar100 | image_folder | list
+  std::string source = "idx";         // synthetic | idx | cifar10 | cifar100 | image_folder | list | shards
   std::string root = "/usr/share/datasets/fashion-mnist";  // dataset folder
   std::string train_split = "train";  // idx: file prefix; cifar: train|test; image_folder: sub-folder; list: list file
   std::string eval_split = "t10k";    // the same for evaluation ("" = no eval)

@@ -45,9 +45,4 @@ void install_stop_handlers() {
 }
 
 bool stop_requested() { return g_first_ns.load() != 0; }
-void request_stop() {
-  int64_t none = 0;
-  g_first_ns.compare_exchange_strong(none, now_ns());
-}
-
 }  // namespace trainer

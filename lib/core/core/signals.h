@@ -12,6 +12,5 @@ constexpr double kRepeatWindowSeconds = 2.0;
 
 void install_stop_handlers();
 bool stop_requested();
-void request_stop();  // as if a signal arrived (tests)
 
 }  // namespace trainer

@@ -8,7 +8,7 @@
 namespace trainer {
 
 struct Batch {
-  torch::Tensor images;  // (B,C,H,W) float32, normalised; channels_last strides when requested
+  torch::Tensor images;  // (B,C,H,W) normalised, in data.dtype (bfloat16 or float32); channels_last when requested
   torch::Tensor labels;  // (B,) int64
   std::vector<int64_t> indices;  // dataset indices of the batch (host); -1: a bad file left out (evaluation)
 };

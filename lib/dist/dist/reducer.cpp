@@ -68,10 +68,7 @@ void GradReducer::prepare(bool sync) {
   next_ = 0;
   launched_in_backward_ = 0;
   std::fill(seen_.begin(), seen_.end(), false);
-  for (auto& b : buckets_) {
-    b.pending = b.params.size();
-    b.launched = false;
-  }
+  for (auto& b : buckets_) b.pending = b.params.size();
 }
 
 void GradReducer::on_ready(size_t param) {
@@ -100,7 +97,6 @@ void GradReducer::launch(Bucket& b) {
   b.flat = torch::cat(views);
   if (opts_.bf16 && b.flat.scalar_type() == torch::kFloat32) b.flat = b.flat.to(torch::kBFloat16);
   b.wait = ctx_.all_reduce_async(b.flat, "all-reduce of gradients");
-  b.launched = true;
 }
 
 void GradReducer::finish() {

@@ -52,7 +52,6 @@ class GradReducer {
     std::vector<size_t> params;
     c10::ScalarType dtype;
     size_t pending = 0;
-    bool launched = false;
     torch::Tensor flat;
     std::function<void()> wait;
   };

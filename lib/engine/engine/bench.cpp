@@ -203,8 +203,9 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
                                   (d.auto_augment == "none" ? std::string() : "+" + d.auto_augment + "augment") +
                                   (d.jitter.empty() ? "" : "+jitter") + (d.erase_prob > 0 ? "+erasing" : "")},
                    {"dct_scale", d.dct_scale}, {"crop_decode", d.crop_decode}, {"workers", o.workers},
-                   {"output", ctx.device.is_cuda() ? "float32 NCHW channels_last on the GPU, normalised"
-                                                   : "float32 NCHW on the CPU, normalised"}};
+                   {"output", str_cat(c10::toString(batch_dtype(cfg, ctx.device)),
+                                      ctx.device.is_cuda() ? " NCHW channels_last on the GPU, normalised"
+                                                           : " NCHW on the CPU, normalised")}};
   j["batches"] = cfg.bench.steps;
   j["img_per_s"] = r.img_per_s;
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};

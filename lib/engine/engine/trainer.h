@@ -1,6 +1,6 @@
 // The training engine: builds model, data, optimizer, scaler and schedule from a Config and runs the loop.
-// The hot loop (Trainer::train_step) is one visible block: forward under autocast, scaled backward,
-// unscale + non-finite check, optional clipping, fused optimizer step, scaler update. Loss and accuracy
+// The hot path, Trainer::train_step, reads top-down: forward under autocast, scaled backward, then on the
+// accumulation's last micro-batch unscale + non-finite check, optional clipping, fused optimizer step, scaler update. Loss and accuracy
 // accumulate on the device and are read only every log_interval steps.
 #pragma once
 #include <torch/types.h>
