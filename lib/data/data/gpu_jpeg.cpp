@@ -48,8 +48,8 @@ bool gpu_decode_available() { return true; }
 struct GpuJpegDecoder::Impl {
   nvjpegHandle_t handle = nullptr;
   // Two decode states used in turn, so a batch can be submitted while the previous one is still decoding; a state
-  // is reused only after the event recorded behind its last decode has passed. (Six, more batches' conversions
-  // pending at once, were measured: no faster eagerly, slower with a captured step; run35.)
+  // is reused only after the event recorded behind its last decode has passed. Two suffice: more states, more
+  // batches' conversions pending at once, are no faster eagerly and slower with a captured step (bench/NOTES.md).
   struct Slot {
     nvjpegJpegState_t state = nullptr;
     cudaEvent_t done = nullptr;
@@ -65,7 +65,7 @@ struct GpuJpegDecoder::Impl {
   // per device for the process, never destroyed (buffers allocated on it may outlive any decoder).
   cudaStream_t alloc_stream = nullptr;
   bool hardware = false;
-  // interleaved RGB (planar output was measured too, run20: no faster, end to end or alone)
+  // interleaved RGB: planar output is no faster, end to end or alone (bench/NOTES.md)
   const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
   std::mutex parse_mu;                          // inspect() calls, one at a time
   std::vector<nvjpegJpegStream_t> parsers;      // one bitstream parser per inspecting thread
@@ -599,7 +599,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
     pool_->pending = std::async(std::launch::async, read_batch, ahead, std::min(opt_.batch_size, ahead.total - ahead.cursor));
   }
 
-  // normal priority, as the training step's stream (run26/run27: either one at high priority was slower)
+  // normal priority, as the training step's stream: either one at high priority is slower (bench/NOTES.md)
   const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
   // timed events (the device time of decode and of augmentation, read back once they have passed)
   auto started = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);

@@ -26,8 +26,8 @@ struct CropResizeOutput {
 
 // out: (batch, 3, size, size) on the device, float32, or bfloat16 where `bf16` (rounded to nearest even, as a cast
 // of the float32 result); memory order per `o`. jobs: `batch` jobs in device memory. Queued on `stream` (a
-// cudaStream_t); returns the launch's cudaError_t (0 = success). (Launches of 32 images each were measured: no
-// faster end to end, run32.)
+// cudaStream_t); returns the launch's cudaError_t (0 = success). One launch per batch: smaller launches were no
+// faster end to end (bench/NOTES.md).
 int launch_crop_resize(const CropResizeJob* jobs, int batch, int size, void* out, bool bf16, void* stream,
                        const CropResizeOutput& o = CropResizeOutput{});
 

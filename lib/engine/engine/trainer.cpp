@@ -310,7 +310,7 @@ void Trainer::build_image_data(const DataDefaults& defaults) {
   if (cfg_.train.cuda_graph && dynamic_cast<GpuImageLoader*>(train_loader_.get()) && ctx_.rank == 0)
     log::warn("train.cuda_graph with data.decode gpu: measured slower than the eager step from the same loader "
               "(ResNet-50 on an H200: 88-89% of the captured step's synthetic throughput against 95% eager; "
-              "bench/results/2026-11-30_h200/run27_loader_priority); consider train.cuda_graph: false");
+              "bench/README.md); consider train.cuda_graph: false");
   if (!d.eval_split.empty()) {
     ImageList eval = image_split(d, d.eval_split);
     limit(eval, d.eval_limit);
