@@ -16,15 +16,10 @@
 #include "core/random.h"
 #include "core/signals.h"
 #include "core/log.h"
-#include "data/idx.h"
-#include "data/image_folder.h"
-#include "data/shards.h"
 #include "data/auto_loader.h"
 #include "data/gpu_jpeg.h"
 #include "data/image_loader.h"
-#include "data/memory_loader.h"
 #include "dist/process_group.h"
-#include "data/cifar.h"
 #include "dist/reducer.h"
 #include "models/batchnorm.h"
 #include "observe/progress.h"
@@ -49,37 +44,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // and still steps (as timm does), so no gradient carries into the next epoch.
 int64_t steps_in_epoch(int64_t batches, int64_t accum_steps) {
   return std::max<int64_t>((batches + accum_steps - 1) / accum_steps, 1);
-}
-
-AugmentOptions augment_options(const DataConfig& d) {
-  AugmentOptions a;
-  a.jitter = d.jitter;
-  a.erase_prob = d.erase_prob;
-  a.erase_scale = d.erase_scale;
-  a.erase_ratio = d.erase_ratio;
-  a.erase_pixel = d.erase_mode == "pixel";
-  if (d.auto_augment != "none") a.auto_augment.policy = d.auto_augment;
-  a.auto_augment.num_ops = static_cast<int>(d.auto_augment_ops);
-  a.auto_augment.magnitude = static_cast<int>(d.auto_augment_magnitude);
-  return a;
-}
-
-// What both kinds of loader options (MemoryLoaderOptions, ImageLoaderOptions) take from the config alike.
-template <class Options>
-void set_batch_options(Options& o, const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
-  const DataConfig& d = cfg.data;
-  o.batch_size = d.batch_size;
-  o.seed = cfg.run.seed;
-  o.rank = ctx.rank;
-  o.world_size = ctx.world_size;
-  o.drop_last = d.drop_last;
-  o.image_size = d.image_size;
-  o.hflip = d.hflip;
-  o.mean = d.mean.empty() ? defaults.mean : d.mean;
-  o.std = d.std.empty() ? defaults.std : d.std;
-  o.channels_last = ctx.device.is_cuda() && cfg.model.channels_last;
-  o.dtype = batch_dtype(cfg, ctx.device);
-  o.augment = augment_options(d);
 }
 
 }  // namespace
@@ -120,7 +84,11 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   }
 
   // ---- data ----
-  if (with_data) build_data();
+  if (with_data) {
+    Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_);
+    train_loader_ = std::move(l.train);
+    eval_loader_ = std::move(l.eval);
+  }
 
   // ---- optimizer, scaler, schedule ----
   auto groups = make_param_groups(*model_, cfg.optim.weight_decay, cfg.optim.wd_exclude_norm_bias,
@@ -159,171 +127,6 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::build_data() {
-  const DataConfig& d = cfg_.data;
-  const DataDefaults defaults = model_->data_defaults();
-  if (d.source == "image_folder" || d.source == "list" || d.source == "shards") {
-    build_image_data(defaults);
-    return;
-  }
-  InMemoryDataset train, eval;
-  bool have_eval = false;
-  if (d.source == "idx") {
-    train = load_idx_split(d.root, d.train_split);
-    if (!d.eval_split.empty()) {
-      eval = load_idx_split(d.root, d.eval_split);
-      have_eval = true;
-    }
-  } else if (d.source == "cifar10" || d.source == "cifar100") {
-    train = load_cifar_split(d.root, d.source, d.train_split);
-    if (!d.eval_split.empty()) {
-      eval = load_cifar_split(d.root, d.source, d.eval_split);
-      have_eval = true;
-    }
-  } else if (d.source == "synthetic") {
-    train = make_synthetic(d.synthetic_samples, d.image_size, cfg_.model.in_chans, cfg_.model.num_classes,
-                           cfg_.run.seed);
-    eval = make_synthetic(std::max<int64_t>(d.synthetic_samples / 10, 1), d.image_size, cfg_.model.in_chans,
-                          cfg_.model.num_classes, cfg_.run.seed + 1);
-    have_eval = true;
-  } else {
-    throw ConfigError(str_cat("key 'data.source': unsupported source '", d.source, "'"));
-  }
-  auto limit = [](InMemoryDataset& ds, int64_t n) {
-    if (n > 0 && n < ds.images.size(0)) {
-      ds.images = ds.images.narrow(0, 0, n).contiguous();
-      ds.labels = ds.labels.narrow(0, 0, n).contiguous();
-    }
-  };
-  limit(train, d.train_limit);
-  if (have_eval) limit(eval, d.eval_limit);
-  TRAINER_CHECK(train.images.size(3) == cfg_.model.in_chans, "the training images have ", train.images.size(3),
-                " channel(s) but model.in_chans is ", cfg_.model.in_chans);
-  TRAINER_CHECK(train.num_classes <= cfg_.model.num_classes, "the labels go up to ", train.num_classes - 1,
-                " but model.num_classes is ", cfg_.model.num_classes);
-
-  MemoryLoaderOptions o;
-  set_batch_options(o, cfg_, defaults, ctx_);
-  o.crop = d.train_crop;
-  o.crop_pad = d.crop_pad;
-  TRAINER_CHECK(d.jitter.empty() || cfg_.model.in_chans == 3, "key 'data.jitter': colour jitter needs RGB images, ",
-                "model.in_chans is ", cfg_.model.in_chans);
-  const torch::Device data_device = d.on_gpu ? ctx_.device : torch::Device(torch::kCPU);
-  train_loader_ = std::make_unique<MemoryLoader>(std::move(train), o, data_device);
-  if (have_eval) {
-    MemoryLoaderOptions e = o;
-    e.train = false;
-    e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
-    eval_loader_ = std::make_unique<MemoryLoader>(std::move(eval), e, data_device);
-  }
-}
-
-torch::ScalarType batch_dtype(const Config& cfg, torch::Device device) {
-  const std::string& d = cfg.data.dtype;
-  if (d == "float32") return torch::kFloat32;
-  const bool bf16_on_gpu = device.is_cuda() && cfg.train.precision == "bf16";
-  if (d == "bfloat16") {
-    if (!bf16_on_gpu)
-      throw ConfigError(str_cat("key 'data.dtype': bfloat16 needs a CUDA device with train.precision bf16 (on ",
-                                device.str(), " the model trains in float32)"));
-    return torch::kBFloat16;
-  }
-  if (d != "auto") throw ConfigError(str_cat("key 'data.dtype': expected auto, float32 or bfloat16, got '", d, "'"));
-  return bf16_on_gpu ? torch::kBFloat16 : torch::kFloat32;
-}
-
-ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
-  const DataConfig& d = cfg.data;
-  ImageLoaderOptions o;
-  set_batch_options(o, cfg, defaults, ctx);
-  o.crop_pct = d.crop_pct > 0 ? d.crop_pct : defaults.crop_pct;
-  o.rrc_scale = d.rrc_scale;
-  o.rrc_ratio = d.rrc_ratio;
-  // default: the machine's cores less two, shared by the ranks on it
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
-  o.prefetch = static_cast<int>(d.prefetch);
-  o.dct_scale = d.dct_scale;
-  o.crop_decode = d.crop_decode;
-  o.cache_gb = d.cache_gb;
-  o.cache_decoded = d.cache == "decoded";
-  return o;
-}
-
-std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
-                                          const std::string& decode, torch::Device device, std::string* why,
-                                          const AutoDecodeLoader* follow) {
-  auto say = [&](const std::string& s) {
-    if (why) *why = s;
-  };
-  if (decode == "gpu") {
-    if (!gpu_decode_available()) throw ConfigError("key 'data.decode': gpu, but this build has no nvJPEG");
-    if (!device.is_cuda()) throw ConfigError("key 'data.decode': gpu needs run.device cuda");
-    say("data.decode gpu: nvJPEG");
-    return std::make_unique<GpuImageLoader>(std::move(samples), o, device);
-  }
-  if (decode == "auto") {
-    if (!device.is_cuda() || !gpu_decode_available()) {
-      say(str_cat("data.decode auto: cpu (", device.is_cuda() ? "this build has no nvJPEG" : "no GPU", ")"));
-      return std::make_unique<ImageLoader>(std::move(samples), o, device);
-    }
-    // CPU first; the GPU path is tried while training if the CPU one cannot keep up (AutoDecodeLoader)
-    say("data.decode auto: starting with CPU decode; the GPU path is tried after a few batches if training waits");
-    auto list = std::make_shared<const std::vector<ImageSample>>(std::move(samples));
-    auto cpu = [list, o, device]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(*list, o, device); };
-    auto gpu = [list, o, device]() -> std::unique_ptr<Loader> {
-      return std::make_unique<GpuImageLoader>(*list, o, device);
-    };
-    if (follow) return std::make_unique<AutoDecodeLoader>(cpu, gpu, follow);
-    return std::make_unique<AutoDecodeLoader>(cpu, gpu, o.workers);
-  }
-  return std::make_unique<ImageLoader>(std::move(samples), o, device);
-}
-
-ImageList image_split(const DataConfig& d, const std::string& split) {
-  if (d.source == "list") return read_list_file(fs::join_path(d.root, split), d.root);
-  if (d.source == "shards") return scan_shards(fs::join_path(d.root, split));
-  return scan_image_folder(fs::join_path(d.root, split));
-}
-
-void Trainer::build_image_data(const DataDefaults& defaults) {
-  const DataConfig& d = cfg_.data;
-  TRAINER_CHECK(cfg_.model.in_chans == 3, "image files decode to RGB: model.in_chans must be 3, not ",
-                cfg_.model.in_chans);
-  TRAINER_CHECK(d.train_crop == "rrc" || d.train_crop == "none", "key 'data.train_crop': image sources support rrc ",
-                "(RandomResizedCrop) and none, not '", d.train_crop, "'");
-  ImageList train = image_split(d, d.train_split);
-  auto limit = [](ImageList& l, int64_t n) {
-    if (n > 0 && n < static_cast<int64_t>(l.samples.size())) l.samples.resize(static_cast<size_t>(n));
-  };
-  limit(train, d.train_limit);
-  for (const auto& s : train.samples)
-    TRAINER_CHECK(s.label < cfg_.model.num_classes, s.path, ": label ", s.label, " but model.num_classes is ",
-                  cfg_.model.num_classes);
-  ImageLoaderOptions o = image_loader_options(cfg_, defaults, ctx_);
-  if (d.train_crop == "none") o.rrc_scale = {1.0, 1.0}, o.rrc_ratio = {0.0001, 10000.0};
-  const torch::Device dev = ctx_.device;
-  std::string why;
-  train_loader_ = make_image_loader(std::move(train.samples), o, d.decode, dev, &why);
-  if (!why.empty() && ctx_.rank == 0) log::info(why);
-  if (cfg_.train.cuda_graph && dynamic_cast<GpuImageLoader*>(train_loader_.get()) && ctx_.rank == 0)
-    log::warn("train.cuda_graph with data.decode gpu: measured slower than the eager step from the same loader "
-              "(ResNet-50 on an H200: 88-89% of the captured step's synthetic throughput against 95% eager; "
-              "bench/README.md); consider train.cuda_graph: false");
-  if (!d.eval_split.empty()) {
-    ImageList eval = image_split(d, d.eval_split);
-    limit(eval, d.eval_limit);
-    ImageLoaderOptions e = o;
-    e.train = false;
-    e.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
-    // evaluation decodes where training does; with auto, where training's decision went (from then on)
-    const auto* automatic = dynamic_cast<const AutoDecodeLoader*>(train_loader_.get());
-    const bool gpu = dynamic_cast<GpuImageLoader*>(train_loader_.get()) != nullptr;
-    eval_loader_ = make_image_loader(std::move(eval.samples), e, automatic ? "auto" : gpu ? "gpu" : "cpu", dev,
-                                     nullptr, automatic);
-  }
-}
 
 // ---- the train step ----
 bool Trainer::train_step(const Batch& batch, int64_t group_size) {

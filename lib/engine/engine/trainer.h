@@ -14,6 +14,8 @@
 #include "config/config.h"
 #include "data/loader.h"
 #include "engine/amp.h"
+#include "engine/data_setup.h"
+#include "engine/run_context.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
 #include "models/classifier.h"
@@ -21,39 +23,10 @@
 namespace trainer {
 
 class RunDir;
-class DistContext;
 class GradReducer;
 class BatchMixer;
 class StepGraph;
-struct ImageLoaderOptions;
 struct EpochTimings;
-
-struct RunContext {
-  torch::Device device = torch::kCPU;
-  int rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;     // ranks on this machine (they share its cores)
-  DistContext* dist = nullptr;  // set when world_size > 1; owned by the caller
-  bool writer() const { return rank == 0; }
-};
-
-// The dtype of the normalised batches the loaders give (data.dtype): auto is bfloat16 when training in bf16 on a
-// GPU, float32 otherwise; bfloat16 asked for on the CPU (where the model trains in float32) is an error.
-torch::ScalarType batch_dtype(const Config& cfg, torch::Device device);
-// The CPU image pipeline's options from a config (shared by training, eval and bench-data).
-ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
-// The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (an
-// AutoDecodeLoader: CPU decode first, the GPU path tried while training if training waits for data, the faster end
-// to end kept and logged; the CPU path where there is no GPU or no nvJPEG). `why` (optional) gets the sentence
-// saying which was made. With auto, `follow` (evaluation) takes that loader's decision instead of making its own.
-struct ImageSample;
-class AutoDecodeLoader;
-std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
-                                          const std::string& decode, torch::Device device, std::string* why = nullptr,
-                                          const AutoDecodeLoader* follow = nullptr);
-// The samples of a split of a file-based source (image_folder, list, shards).
-struct ImageList;
-ImageList image_split(const DataConfig& d, const std::string& split);
 
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
@@ -117,8 +90,6 @@ class Trainer {
   void report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps, double compute_s,
                     const std::string& eval_text);
   void save_final_weights();
-  void build_data();
-  void build_image_data(const DataDefaults& defaults);
   void save_checkpoint(int64_t epoch, int64_t batch);
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
   // The checkpoint to resume from, read into *state ("" = none); agreed by all ranks.
