@@ -90,6 +90,23 @@ void check_input_files(const trainer::CommandLine& cl, const trainer::Config& cf
   if (cfg.checkpoint.resume != "auto")
     check(cfg.checkpoint.resume, "--resume (checkpoint.resume)",
           "a checkpoint file, or auto for the newest one in the run folder");
+  // an ImageFolder that is not there: say how to lay one out (commands that read no data skip this)
+  const DataConfig& d = cfg.data;
+  const bool reads_data = cl.command != "export" && (cl.command != "bench" || cfg.bench.data == "pipeline");
+  if (d.source == "image_folder" && reads_data)
+    for (const std::string& split : {d.train_split, d.eval_split}) {
+      const bool needed = cl.command == "eval"                                  ? split == d.eval_split
+                          : cl.command == "bench" || cl.command == "bench-data" ? split == d.train_split
+                                                                                : true;
+      if (split.empty() || !needed) continue;
+      const std::string folder = fs::join_path(d.root, split);
+      if (!fs::is_dir(folder))
+        throw ConfigError(str_cat(
+            "key 'data.root': ", folder, " is not a folder; expected torchvision's ImageFolder layout, ", d.root, "/",
+            split, "/<class>/<image>.jpg (ImageNet: ILSVRC2012 train/ and val/ with one folder per class, e.g. "
+            "n01440764/), or set data.root to where it is. `trainer pack --src ", d.root, "/", split,
+            " --out DIR` then makes tar shards that decode faster (data.source: shards)"));
+    }
 }
 
 int run(int argc, char** argv) {

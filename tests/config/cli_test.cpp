@@ -1,6 +1,9 @@
 // Command-line parsing, and the real binary's exit codes: 2 for any bad config or option, nothing written.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "config/cli.h"
 #include "core/check.h"
 #include "core/fs.h"
@@ -118,6 +121,39 @@ TEST(Binary, PrintConfigAppliesOverrides) {
   const auto r = test::run_command(trainer_cmd("--set optim.lr=0.25 --print-config"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("lr: 0.25"), std::string::npos) << r.output;
+}
+
+// Every shipped config prints on a machine without its data (documentation use), and what it prints reads back
+// as the same config: printing it again gives the same text.
+TEST(Binary, EveryShippedConfigPrintsWithoutItsData) {
+  const std::string configs = test::source_dir() + "/configs";
+  int n = 0;
+  for (const std::string& name : fs::list_dir(configs)) {
+    if (name.size() < 5 || name.substr(name.size() - 5) != ".yaml") continue;
+    ++n;
+    const auto r = test::run_command(trainer_cmd("--config " + configs + "/" + name + " --print-config"));
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("model:"), std::string::npos) << name << "\n" << r.output;
+    test::TempDir dir;
+    test::write_file(dir.file("printed.yaml"), r.output);
+    const auto again = test::run_command(trainer_cmd("--config " + dir.file("printed.yaml") + " --print-config"));
+    ASSERT_EQ(again.exit_code, 0) << name << "\n" << again.output;
+    EXPECT_EQ(again.output, r.output) << name << ": the printed config does not read back as itself";
+  }
+  EXPECT_GE(n, 4) << "configs/ holds the shipped recipes";
+}
+
+// configs/resnet50.yaml without ImageNet where it looks: exit 2, naming the folder and the layout expected, and
+// pointing at `trainer pack`; nothing written.
+TEST(Binary, AMissingImageFolderSaysHowToLayItOut) {
+  test::TempDir dir;
+  const auto r = test::run_command(trainer_cmd("--config " + test::source_dir() + "/configs/resnet50.yaml --set data.root=" +
+                                               dir.file("imagenet") + " --set run.out_dir=" + dir.file("runs")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const std::string& part : std::vector<std::string>{dir.file("imagenet") + "/train is not a folder", "ImageFolder layout",
+                                 "/train/<class>/<image>.jpg", "trainer pack"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << " missing in\n" << r.output;
+  EXPECT_FALSE(test::path_exists(dir.file("runs")));
 }
 
 TEST(Binary, VersionNamesLibraries) {

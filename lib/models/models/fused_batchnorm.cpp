@@ -5,9 +5,8 @@
 #include "core/check.h"
 
 #ifdef TRAINER_WITH_KERNELS
-#include <c10/cuda/CUDAStream.h>
-
 #include "kernels/batchnorm_nhwc.h"
+#include "models/internal/kernel_glue.h"
 #endif
 
 namespace trainer {
@@ -18,15 +17,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-kernels::HalfType dtype_of(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
-}
-
-void check(cudaError_t e, const char* what) {
-  TRAINER_CHECK(e == cudaSuccess, "fused batch norm (", what, "): ", cudaGetErrorString(e));
-}
-
-cudaStream_t stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+using glue::stream_of;
+kernels::HalfType dtype_of(const torch::Tensor& t) { return glue::half_type_of(t); }
+void check(cudaError_t e, const char* what) { glue::check_launch(e, "fused batch norm", what); }
 
 float* f32(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 

@@ -5,9 +5,8 @@
 #include "core/check.h"
 
 #ifdef TRAINER_WITH_KERNELS
-#include <c10/cuda/CUDAStream.h>
-
 #include "kernels/max_pool_nhwc.h"
+#include "models/internal/kernel_glue.h"
 #endif
 
 namespace trainer {
@@ -23,15 +22,9 @@ kernels::PoolShape shape_of(const torch::Tensor& x, int64_t k, int64_t s, int64_
           static_cast<int>(x.size(1)), static_cast<int>(k), static_cast<int>(s), static_cast<int>(p)};
 }
 
-kernels::HalfType half_of(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
-}
-
-cudaStream_t stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-
-void check(cudaError_t e, const char* what) {
-  TRAINER_CHECK(e == cudaSuccess, "max pool (", what, "): ", cudaGetErrorString(e));
-}
+using glue::stream_of;
+kernels::HalfType half_of(const torch::Tensor& t) { return glue::half_type_of(t); }
+void check(cudaError_t e, const char* what) { glue::check_launch(e, "max pool", what); }
 
 // y (n, c, out_h, out_w), channels_last; arg: the window position of each maximum, or null
 torch::Tensor pool_forward(const torch::Tensor& x, const kernels::PoolShape& sh, uint8_t* arg) {
