@@ -14,7 +14,7 @@
 #include "data/gpu_jpeg.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "models/batchnorm.h"
 #include "models/registry.h"
 #include "runtime/env.h"

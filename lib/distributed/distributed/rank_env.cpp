@@ -1,4 +1,4 @@
-#include "dist/env.h"
+#include "distributed/rank_env.h"
 
 #include <cstdlib>
 

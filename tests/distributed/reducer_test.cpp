@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
-#include "dist/process_group.h"
-#include "dist/reducer.h"
+#include "distributed/process_group.h"
+#include "distributed/reducer.h"
 #include "models/batchnorm.h"
 
 namespace trainer {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/env.h"
+#include "distributed/rank_env.h"
 
 namespace trainer {
 

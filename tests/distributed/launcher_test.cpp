@@ -11,7 +11,7 @@
 
 #include "core/fs.h"
 #include "core/check.h"
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 #include "test_support/test_support.h"
 
 namespace trainer {

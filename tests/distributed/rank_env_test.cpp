@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "dist/env.h"
-#include "dist/process_group.h"
+#include "distributed/rank_env.h"
+#include "distributed/process_group.h"
 
 namespace trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "dist/reducer.h"
+#include "distributed/reducer.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/check.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace trainer {
 
