@@ -984,7 +984,7 @@ TEST(Augment, PixelErasingNoiseIsItsOwnAndReproducible) {
   auto run = [&](const std::vector<int64_t>& indices, uint64_t global_seed) {
     torch::manual_seed(global_seed);
     auto x = torch::full({2, 3, 32, 32}, 100.0f);
-    aug.normalize_(x, indices, /*epoch=*/1, /*train=*/true, mean, inv_std);
+    aug.augment_and_normalize_(x, indices, /*epoch=*/1, /*train=*/true, mean, inv_std);
     return x;
   };
   const auto a = run({3, 8}, 1);
@@ -993,7 +993,7 @@ TEST(Augment, PixelErasingNoiseIsItsOwnAndReproducible) {
   const auto b = run({3, 8}, 2);
   torch::manual_seed(77);
   auto c = torch::full({2, 3, 32, 32}, 100.0f);
-  aug.normalize_(c, {3, 8}, 1, true, mean, inv_std);
+  aug.augment_and_normalize_(c, {3, 8}, 1, true, mean, inv_std);
   EXPECT_TRUE(torch::equal(torch::rand({4}), before)) << "erasing drew from the global generator";
   EXPECT_TRUE(torch::equal(a, b)) << "the same batch got other noise";
   EXPECT_LT(a.lt(50).to(torch::kFloat).mean().item<double>(), 0.9);  // some pixels were erased with noise

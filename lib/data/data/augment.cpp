@@ -219,7 +219,7 @@ void BatchAugmenter::auto_augment_255_(torch::Tensor& x, const std::vector<int64
   auto_augment_(x, draws);
 }
 
-void BatchAugmenter::normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
+void BatchAugmenter::augment_and_normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
                                 const torch::Tensor& mean255, const torch::Tensor& inv_std255) const {
   const bool augment = train && enabled();
   Draws d;

@@ -66,7 +66,7 @@ class BatchAugmenter {
   // The image loaders' last step: x (B,3,H,W) floats on a 0..255 scale become (x - mean) / std, with
   // RandAugment/TrivialAugment and colour jitter before and erasing after when `train` (mean255 and inv_std255
   // broadcast over (1,3,1,1)).
-  void normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
+  void augment_and_normalize_(torch::Tensor& x, const std::vector<int64_t>& indices, int64_t epoch, bool train,
                   const torch::Tensor& mean255, const torch::Tensor& inv_std255) const;
 
  private:

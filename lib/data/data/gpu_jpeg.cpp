@@ -725,7 +725,7 @@ void GpuImageLoader::produce(const Pass& p, Batch& out, std::shared_ptr<void>& d
                         fused ? normalized_ : GpuResizeOutput{});
     labels = upload(torch::tensor(label, torch::kInt64), device_);
     if (!fused) {
-      augmenter.normalize_(x, out.indices, epoch, opt_.train, mean255_, inv_std255_);
+      augmenter.augment_and_normalize_(x, out.indices, epoch, opt_.train, mean255_, inv_std255_);
       x = batch_layout(x, opt_.dtype, opt_.channels_last);
     }
     const double augment_host_ms = ms_since(t_augment);

@@ -455,7 +455,7 @@ bool ImageLoader::next(Batch& out) {
   } else {
     // (B,S,S,3) viewed as (B,3,S,S) has channels_last strides already
     torch::Tensor x = images.permute({0, 3, 1, 2}).to(torch::kFloat32);
-    BatchAugmenter(opt_.augment, opt_.seed).normalize_(x, out.indices, current_.epoch, opt_.train, mean255_, inv_std255_);
+    BatchAugmenter(opt_.augment, opt_.seed).augment_and_normalize_(x, out.indices, current_.epoch, opt_.train, mean255_, inv_std255_);
     out.images = batch_layout(x, opt_.dtype, opt_.channels_last);
   }
   out.labels = labels;
