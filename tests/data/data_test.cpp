@@ -17,14 +17,16 @@
 #include "core/fs.h"
 #include "data/augment.h"
 #include "data/auto_loader.h"
+#include "data/bad_samples.h"
 #include "data/cifar.h"
-#include "data/gpu_jpeg.h"
+#include "data/gpu_resize.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "data/image_ops.h"
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_encoder.h"
 #include "data/memory_loader.h"
 #include "data/pack.h"
 #include "data/sharding.h"
@@ -605,18 +607,70 @@ TEST_F(Folder, DecodedCacheSkipsReadAndDecodeInLaterEpochs) {
   for (size_t i = 0; i < a1.size(); ++i) EXPECT_TRUE(torch::equal(a1[i], b1[i])) << "epoch 1 batch " << i;
 }
 
-TEST_F(Folder, BadFilesAreCountedAndReplaced) {
+// The bad-file policy (bad_samples.h): evaluation leaves a bad file out (index and label -1, black pixels) and
+// shows every good sample once; training puts the seeded substitute in its place (its index, label and pixels);
+// each bad file counts once however often it is drawn.
+TEST_F(Folder, BadFilesAreLeftOutInEvaluationAndSubstitutedInTraining) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir, 3));
   ASSERT_EQ(list.samples.size(), 24u);
+  auto is_bad = [&](int64_t i) { return list.samples[static_cast<size_t>(i)].path.find("/zz_") != std::string::npos; };
+  {
+    ImageLoaderOptions o = options(2);
+    o.train = false;  // every sample once, in order
+    ImageLoader l(list.samples, o, torch::kCPU);
+    for (int64_t e : {0, 1}) {
+      l.set_epoch(e);
+      Batch b;
+      int64_t seen = 0, left_out = 0, k = 0;
+      while (l.next(b)) {
+        for (int64_t i = 0; i < b.labels.size(0); ++i, ++k) {
+          const int64_t index = b.indices[static_cast<size_t>(i)];
+          if (is_bad(k)) {
+            EXPECT_EQ(index, -1) << "sample " << k;
+            EXPECT_EQ(b.labels[i].item<int64_t>(), -1) << "sample " << k;
+            EXPECT_EQ(b.images[i].max().item<int>(), 0) << "black pixels for sample " << k;
+            ++left_out;
+          } else {
+            EXPECT_EQ(index, k);
+            EXPECT_EQ(b.labels[i].item<int64_t>(), list.samples[static_cast<size_t>(k)].label);
+            ++seen;
+          }
+        }
+      }
+      EXPECT_EQ(seen, 21);
+      EXPECT_EQ(left_out, 3);
+    }
+    EXPECT_EQ(l.bad_samples(), 3) << "three files, however often drawn";
+  }
   ImageLoaderOptions o = options(2);
-  o.train = false;  // every sample once, in order
+  o.train = true;
+  o.drop_last = false;
   ImageLoader l(list.samples, o, torch::kCPU);
-  Batch b;
-  int64_t seen = 0;
-  while (l.next(b)) seen += b.labels.size(0);
-  EXPECT_EQ(seen, 24);
+  ImageLoaderOptions single = o;
+  single.workers = 1;
+  for (int64_t e : {0, 1}) {
+    const EpochPlan plan = plan_epoch(o, static_cast<int64_t>(list.samples.size()), e);
+    l.set_epoch(e);
+    Batch b;
+    int64_t k = 0, substituted = 0;
+    while (l.next(b)) {
+      for (int64_t i = 0; i < b.labels.size(0); ++i, ++k) {
+        int64_t want = (*plan.order)[static_cast<size_t>(k)];
+        for (int attempt = 1; is_bad(want); ++attempt) want = substitute_sample(want, attempt, list.samples.size());
+        if (want != (*plan.order)[static_cast<size_t>(k)]) ++substituted;
+        EXPECT_EQ(b.indices[static_cast<size_t>(i)], want) << "epoch " << e << " sample " << k;
+        EXPECT_EQ(b.labels[i].item<int64_t>(), list.samples[static_cast<size_t>(want)].label);
+      }
+    }
+    EXPECT_EQ(substituted, 3) << "epoch " << e;
+  }
   EXPECT_EQ(l.bad_samples(), 3);
+  // the substitutes' pixels do not depend on the thread count
+  ImageLoader one(list.samples, single, torch::kCPU);
+  const auto a = epoch(l, 2), c = epoch(one, 2);
+  ASSERT_EQ(a.size(), c.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], c[i])) << "batch " << i;
 }
 
 // data.dtype bfloat16: the loaders hand out the float32 batch rounded to bfloat16 (as autocast would cast it), in

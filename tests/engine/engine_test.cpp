@@ -15,6 +15,7 @@
 #include "core/strings.h"
 #include "data/image_loader.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_encoder.h"
 #include "engine/amp.h"
 #include "engine/bench.h"
 #include "engine/mix.h"

@@ -17,6 +17,7 @@
 #include "data/image_folder.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_encoder.h"
 #include "data/shards.h"
 #include "models/safetensors.h"
 #include "observe/tfevents.h"

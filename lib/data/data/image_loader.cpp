@@ -255,20 +255,13 @@ void ImageLoader::process(int64_t task, int64_t epoch, const std::vector<int64_t
   int64_t index = order[static_cast<size_t>(task)];
   const int64_t S = opt_.image_size;
   uint8_t* dst = slot.images.data_ptr<uint8_t>() + pos * S * S * 3;
-  // a bad file is reported once and counted; in training it is replaced by a deterministic other sample, in
-  // evaluation it is left out (index and label -1, zero pixels), so no sample counts twice
+  // a bad file: the one policy of bad_samples.h (replaced in training, left out in evaluation)
   for (int attempt = 0;; ++attempt) {
     try {
       decode_sample(index, epoch, dst, file, img, jpeg);
       break;
     } catch (const Error& e) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reported_bad_.insert(samples_[static_cast<size_t>(index)].name()).second) {
-          bad_.fetch_add(1);
-          log::warn("skipping a bad sample: ", e.what());
-        }
-      }
+      bad_.report(samples_[static_cast<size_t>(index)].name(), e.what());
       if (!opt_.train) {
         std::memset(dst, 0, static_cast<size_t>(S * S * 3));
         slot.labels.data_ptr<int64_t>()[pos] = -1;
@@ -276,8 +269,8 @@ void ImageLoader::process(int64_t task, int64_t epoch, const std::vector<int64_t
         done_samples_.fetch_add(1);
         return;
       }
-      TRAINER_CHECK(attempt < 16, "16 bad samples in a row, the last: ", e.what());
-      index = static_cast<int64_t>(mix_seed(static_cast<uint64_t>(index), attempt + 1) % samples_.size());
+      TRAINER_CHECK(attempt + 1 < kMaxBadInARow, kMaxBadInARow, " bad samples in a row, the last: ", e.what());
+      index = substitute_sample(index, attempt + 1, samples_.size());
     }
   }
   slot.labels.data_ptr<int64_t>()[pos] = samples_[static_cast<size_t>(index)].label;
@@ -468,7 +461,7 @@ StageTotals ImageLoader::stage_totals() const {
   t.decode_ns = decode_ns_.load();
   t.resize_ns = resize_ns_.load();
   t.samples = done_samples_.load();
-  t.bad = bad_.load();
+  t.bad = bad_.count();
   t.cut = cut_.load();
   return t;
 }

@@ -22,6 +22,7 @@
 
 #include "data/image_folder.h"
 #include "data/augment.h"
+#include "data/bad_samples.h"
 #include "data/loader.h"
 #include "data/jpeg_decoder.h"
 
@@ -93,7 +94,7 @@ class ImageLoader : public Loader {
   int64_t samples_per_epoch() const override { return static_cast<int64_t>(current_.order->size()); }
   // images: (B,3,S,S) float normalised on the device (or uint8 (B,S,S,3) when !normalize); labels (B,) int64.
   bool next(Batch& out) override;
-  int64_t bad_samples() const override { return bad_.load(); }  // distinct files that failed
+  int64_t bad_samples() const override { return bad_.count(); }  // distinct files that failed
   double copy_seconds() const override { return copy_ns_.load() * 1e-9; }
   StageTotals stage_totals() const;
   int64_t cached_bytes() const { return cache_bytes_.load(); }  // data.cache_gb: bytes held
@@ -136,9 +137,9 @@ class ImageLoader : public Loader {
   bool resetting_ = false;    // set_epoch waits for the tasks in flight: none handed out meanwhile
   bool stop_ = false;
   std::exception_ptr error_;
-  std::set<std::string> reported_bad_;
+  BadSamples bad_;
 
-  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, bad_{0}, cut_{0};
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, cut_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
   // cache_gb: each sample's encoded bytes or decoded image after the first read, published once (lock-free)
   struct CacheEntry {

@@ -58,18 +58,6 @@ class JpegDecoder {
   Impl* impl_;
 };
 
-// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), optimised Huffman tables, a
-// restart marker after every `restart_mcus` MCUs (0: none). `name` labels errors.
-void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
-                 int restart_mcus = 0);
-
-// Lossless rewrite of a JPEG (trainer pack): the same DCT coefficients, hence the same pixels, written sequential
-// (a progressive file becomes baseline) with optimised Huffman tables and a restart marker after every MCU, so
-// that crop decoding can cut its window out (jpeg_cut.h). APPn and COM markers (EXIF, ICC) are kept. Returns
-// false, leaving `out` alone, for CMYK/YCCK files (kept as they are); throws Error naming `name` for a file
-// libjpeg cannot read whole (corrupt or truncated data).
-bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name);
-
 // Refuses images larger than this many pixels (a hostile header cannot make us allocate gigabytes).
 constexpr int64_t kMaxImagePixels = int64_t(1) << 28;
 

@@ -15,6 +15,7 @@
 #include "data/image_loader.h"
 #include "data/image_ops.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_encoder.h"
 #include "data/shards.h"
 
 namespace trainer {

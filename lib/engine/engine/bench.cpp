@@ -11,7 +11,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "data/auto_loader.h"
-#include "data/gpu_jpeg.h"
+#include "data/gpu_image_loader.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
 #include "distributed/process_group.h"

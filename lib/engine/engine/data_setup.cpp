@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "data/auto_loader.h"
 #include "data/cifar.h"
-#include "data/gpu_jpeg.h"
+#include "data/gpu_image_loader.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"

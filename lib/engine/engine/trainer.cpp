@@ -17,7 +17,6 @@
 #include "core/signals.h"
 #include "core/log.h"
 #include "data/auto_loader.h"
-#include "data/gpu_jpeg.h"
 #include "data/image_loader.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"

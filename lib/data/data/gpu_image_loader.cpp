@@ -1,0 +1,481 @@
+#include "data/gpu_image_loader.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "core/parallel.h"
+#include "data/augment.h"
+#include "data/device_upload.h"
+#include "data/image_ops.h"
+#include "data/jpeg_decoder.h"
+
+#ifdef TRAINER_WITH_NVJPEG
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// A JPEG or PNG file's pixels by the CPU decoders; throws Error naming `name`.
+void decode_on_host(const std::vector<uint8_t>& f, const std::string& name, RgbImage& out) {
+  TRAINER_CHECK(!f.empty(), name, ": empty file");
+  if (sniff_format(f.data(), f.size()) == ImageFormat::jpeg) {
+    JpegDecoder jpeg;
+    jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, out, name);
+  } else {
+    decode_png(f.data(), f.size(), out, name);
+  }
+}
+
+torch::Tensor upload_image(const RgbImage& r, const torch::Device& device) {
+  return upload(torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8),
+                device);
+}
+
+}  // namespace
+
+struct GpuImageLoader::FileBatch {
+  std::vector<std::vector<uint8_t>> files;
+  std::vector<std::string> read_errors;    // why file i could not be read; empty where it was
+  GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
+  torch::Tensor pinned;
+  std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
+};
+
+struct GpuImageLoader::ReadAhead {
+  std::future<FileBatch> pending;  // the next batch's files, read and parsed while the current batch decodes
+  int64_t epoch = -1, cursor = -1;  // which batch `pending` is
+  FileBatch current;                // the batch being decoded (alive until the next batch)
+  EpochCursor following;            // the next epoch, planned once by the producer (read ahead into, then gone on with)
+};
+
+struct GpuImageLoader::Decoded {
+  std::vector<int64_t> index;         // the sample at each position (a substitute for a bad one); -1: left out
+  std::vector<torch::Tensor> images;  // (h, w, 3) uint8 on the device; undefined: failed on both decoders
+  std::vector<std::string> errors;    // why position i failed, where it did
+  std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
+  int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
+};
+
+#ifdef TRAINER_WITH_NVJPEG
+struct GpuImageLoader::Ready {
+  int64_t epoch = 0;
+  Batch batch;
+  at::cuda::CUDAEvent done;  // on the side stream after the batch's last kernel
+};
+struct GpuImageLoader::BatchTimes {
+  at::cuda::CUDAEvent started{cudaEventDefault}, decoded{cudaEventDefault}, done{cudaEventDefault};
+};
+#else
+struct GpuImageLoader::Ready {
+  int64_t epoch = 0;
+  Batch batch;
+};
+struct GpuImageLoader::BatchTimes {};
+#endif
+
+GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
+    : samples_(std::move(samples)), opt_(std::move(opt)), device_(device), ahead_(std::make_unique<ReadAhead>()) {
+  TRAINER_CHECK(!samples_.empty(), "the image list is empty");
+  TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
+  decoder_ = std::make_unique<GpuJpegDecoder>(device);
+  decoder_->preallocate(static_cast<int>(opt_.batch_size));
+  normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last, opt_.dtype);
+  const auto& n = normalized_;
+  mean255_ = torch::tensor({n.mean255[0], n.mean255[1], n.mean255[2]}).view({1, 3, 1, 1}).to(device_);
+  inv_std255_ = torch::tensor({n.inv_std255[0], n.inv_std255[1], n.inv_std255[2]}).view({1, 3, 1, 1}).to(device_);
+  black_ = torch::zeros({1, 1, 3}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  set_epoch(0);
+}
+
+GpuImageLoader::~GpuImageLoader() {
+  stop();
+  if (ahead_->pending.valid()) ahead_->pending.wait();
+}
+
+GpuDecodeStats GpuImageLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  GpuDecodeStats s = stats_;
+  s.bad = bad_.count();
+  return s;
+}
+
+bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
+
+int64_t GpuImageLoader::batches_per_epoch() const { return current_.batches; }
+
+Rect GpuImageLoader::window(int64_t index, int64_t epoch, int w, int h, bool* flip) const {
+  return sample_window(opt_, index, epoch, w, h, flip);
+}
+
+// ---- the producer thread and the consumer ----
+
+void GpuImageLoader::start() {
+  stop_ = false;
+  error_ = nullptr;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void GpuImageLoader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  queue_.clear();
+}
+
+GpuImageLoader::EpochCursor GpuImageLoader::make_cursor(int64_t epoch, int64_t start_batch) const {
+  EpochCursor p;
+  static_cast<EpochPlan&>(p) = plan_epoch(opt_, static_cast<int64_t>(samples_.size()), epoch);
+  p.cursor = std::min(p.total, start_batch * opt_.batch_size);
+  return p;
+}
+
+const GpuImageLoader::EpochCursor& GpuImageLoader::following(int64_t epoch) {
+  EpochCursor& f = ahead_->following;
+  if (!f.order || f.epoch != epoch + 1) f = make_cursor(epoch + 1, 0);
+  return f;
+}
+
+void GpuImageLoader::loop() {
+#ifdef TRAINER_WITH_NVJPEG
+  c10::cuda::CUDAGuard device_guard(device_.index());
+#endif
+  const size_t depth = static_cast<size_t>(std::max(1, opt_.prefetch));
+  try {
+    while (true) {
+      EpochCursor p;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < depth; });
+        if (stop_) return;
+        p = producing_;
+      }
+      if (p.cursor >= p.total) {  // the epoch is made
+        if (!opt_.train) return;  // evaluation: one pass per set_epoch
+        // training: on with the next epoch, at most one ahead of the consumer
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return stop_ || producing_.epoch == current_.epoch; });
+          if (stop_) return;
+        }
+        EpochCursor next = following(p.epoch);
+        std::lock_guard<std::mutex> lock(mu_);
+        producing_ = std::move(next);
+        continue;
+      }
+      auto r = std::make_unique<Ready>();
+      r->epoch = p.epoch;
+      produce(p, *r);
+      const int64_t made = std::min(opt_.batch_size, p.total - p.cursor);
+      std::lock_guard<std::mutex> lock(mu_);
+      producing_.cursor = p.cursor + made;
+      queue_.push_back(std::move(r));
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+bool GpuImageLoader::next(Batch& out) {
+  std::unique_ptr<Ready> r;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t batches = batches_per_epoch();
+    cv_.wait(lock, [&] { return error_ || taken_ >= batches || !queue_.empty(); });
+    if (error_) std::rethrow_exception(error_);
+    if (taken_ >= batches) return false;
+    r = std::move(queue_.front());
+    queue_.pop_front();
+    TRAINER_CHECK(r->epoch == current_.epoch, "GpuImageLoader: a batch of epoch ", r->epoch, " in epoch ",
+                  current_.epoch);
+    ++taken_;
+  }
+  cv_.notify_all();
+#ifdef TRAINER_WITH_NVJPEG
+  const auto main = c10::cuda::getCurrentCUDAStream(device_.index());
+  r->done.block(main);
+  r->batch.images.record_stream(main);
+  r->batch.labels.record_stream(main);
+#endif
+  out = std::move(r->batch);
+  return true;
+}
+
+void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
+  {  // the epoch the producer has gone on with: keep what it has made
+    std::lock_guard<std::mutex> lock(mu_);
+    if (thread_.joinable() && !stop_ && !error_ && opt_.train && start_batch == 0 && epoch == current_.epoch + 1 &&
+        taken_ >= batches_per_epoch() && producing_.epoch == epoch) {
+      current_ = producing_;
+      taken_ = 0;
+      cv_.notify_all();
+      return;
+    }
+  }
+  stop();
+  if (ahead_->pending.valid()) ahead_->pending.wait();
+  ahead_->pending = {};
+  ahead_->cursor = -1;
+  producing_ = make_cursor(epoch, start_batch);
+  current_ = producing_;
+  taken_ = producing_.cursor / opt_.batch_size;
+  start();
+}
+
+// ---- making one batch ----
+
+#ifdef TRAINER_WITH_NVJPEG
+void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
+  const int64_t B = std::min(opt_.batch_size, p.total - p.cursor);
+  const auto t_read = Clock::now();
+  const FileBatch& files = take_files(p, B);
+  const double read_wait_ms = ms_since(t_read);
+  const std::vector<int64_t> indices(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
+
+  // normal priority, as the training step's stream: either one at high priority is slower (bench/NOTES.md)
+  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  c10::cuda::CUDAStreamGuard guard(side);
+  auto times = std::make_unique<BatchTimes>();
+  times->started.record(side);
+  const auto t_decode = Clock::now();
+  Decoded d = decode(files, indices);
+  if (files.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
+    at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
+                                                   files.pinned.storage().data_ptr().get_context(), side.unwrap());
+  substitute_failures(d);
+  const double decode_host_ms = ms_since(t_decode);
+  times->decoded.record(side);
+
+  const auto t_augment = Clock::now();
+  r.batch.images = crop_resize_normalize(d, p.epoch);
+  std::vector<int64_t> labels(d.index.size());
+  for (size_t i = 0; i < labels.size(); ++i)
+    labels[i] = d.index[i] < 0 ? -1 : samples_[static_cast<size_t>(d.index[i])].label;
+  r.batch.labels = upload(torch::tensor(labels, torch::kInt64), device_);
+  r.batch.indices = std::move(d.index);
+  const double augment_host_ms = ms_since(t_augment);
+  r.done.record(side);
+  times->done.record(side);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.host_read_wait_ms += read_wait_ms;
+  stats_.host_decode_ms += decode_host_ms;
+  stats_.host_augment_ms += augment_host_ms;
+  ++stats_.host_batches;
+  stats_.gpu += d.by_gpu;
+  stats_.gpu_cropped += d.cropped;
+  stats_.cpu_fallback += d.by_cpu;
+  times_.push_back(std::move(times));
+  collect_times();
+}
+
+void GpuImageLoader::collect_times() {
+  while (!times_.empty() && times_.front()->done.query()) {
+    const BatchTimes& t = *times_.front();
+    stats_.decode_ms += t.started.elapsed_time(t.decoded);
+    stats_.augment_ms += t.decoded.elapsed_time(t.done);
+    ++stats_.batches;
+    times_.pop_front();
+  }
+}
+#else
+void GpuImageLoader::produce(const EpochCursor&, Ready&) { TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG"); }
+void GpuImageLoader::collect_times() {}
+#endif
+
+GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64_t count) const {
+  const int threads = std::max(1, opt_.workers);
+  const std::vector<int64_t>& order = *q.order;
+  const int64_t from = q.cursor;
+  FileBatch r;
+  r.files.resize(static_cast<size_t>(count));
+  r.read_errors.resize(static_cast<size_t>(count));
+  parallel_for(count, threads, [&](int64_t i) {
+    try {
+      read_sample_bytes(samples_[static_cast<size_t>(order[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
+    } catch (const Error& e) {
+      r.files[static_cast<size_t>(i)].clear();
+      r.read_errors[static_cast<size_t>(i)] = e.what();
+    }
+  });
+  // the engines read the files from pinned memory (one copy, by the reading threads)
+  std::vector<size_t> at(r.files.size() + 1, 0);
+  for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
+  r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
+                          torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  uint8_t* base = r.pinned.data_ptr<uint8_t>();
+  r.in.resize(r.files.size());
+  parallel_for(count, threads, [&](int64_t i) {
+    const auto& f = r.files[static_cast<size_t>(i)];
+    if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
+    r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
+  });
+  // crop-only decode: the sample's crop window (the draw crop_resize_normalize makes) is all the engines decode
+  GpuJpegDecoder::RoiFn roi_of;
+  if (opt_.crop_decode)
+    roi_of = [this, &order, from, epoch = q.epoch](size_t i, int w, int h) {
+      bool flip = false;
+      return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
+    };
+  r.info = decoder_->inspect(r.in, threads, roi_of);
+  return r;
+}
+
+const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {
+  ReadAhead& a = *ahead_;
+  if (a.pending.valid() && a.epoch == p.epoch && a.cursor == p.cursor)
+    a.current = a.pending.get();
+  else
+    a.current = read_files(p, count);
+  // read the next batch while this one decodes: of this epoch, or (training) the first of the next
+  EpochCursor next = p;
+  next.cursor += count;
+  if (next.cursor >= next.total && opt_.train) next = following(p.epoch);
+  if (next.cursor < next.total) {
+    a.epoch = next.epoch;
+    a.cursor = next.cursor;
+    const int64_t n = std::min(opt_.batch_size, next.total - next.cursor);
+    a.pending = std::async(std::launch::async, [this, next, n] { return read_files(next, n); });
+  }
+  return a.current;
+}
+
+GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices) {
+  const size_t B = indices.size();
+  const int threads = std::max(1, opt_.workers);
+  Decoded d;
+  d.index = indices;
+  d.errors.resize(B);
+  d.frame.resize(B);
+  std::vector<RgbImage> host(B);
+  auto decode_on_host_threads = [&](const std::vector<size_t>& which) {
+    parallel_for(static_cast<int64_t>(which.size()), threads, [&](int64_t j) {
+      const size_t i = which[static_cast<size_t>(j)];
+      if (!files.read_errors[i].empty()) {
+        d.errors[i] = files.read_errors[i];
+        return;
+      }
+      try {
+        decode_on_host(files.files[i], samples_[static_cast<size_t>(indices[i])].name(), host[i]);
+      } catch (const Error& e) {
+        d.errors[i] = e.what();
+      }
+    });
+  };
+  // what nvJPEG cannot take: the CPU threads decode it while the engines decode the rest
+  std::vector<size_t> fallback;
+  for (size_t i = 0; i < B; ++i)
+    if (!files.info[i].supported) fallback.push_back(i);
+  auto host_part = std::async(std::launch::async, decode_on_host_threads, fallback);
+  try {
+    d.images = decoder_->decode(files.in, files.info);  // on the current (side) stream
+  } catch (...) {
+    host_part.wait();
+    throw;
+  }
+  host_part.get();
+  // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
+  std::vector<size_t> refused;
+  for (size_t i = 0; i < B; ++i)
+    if (files.info[i].supported && !d.images[i].defined()) refused.push_back(i);
+  decode_on_host_threads(refused);
+  fallback.insert(fallback.end(), refused.begin(), refused.end());
+  d.by_gpu = static_cast<int64_t>(B - fallback.size());
+  for (size_t i : fallback) {
+    if (!d.errors[i].empty()) continue;
+    d.images[i] = upload_image(host[i], device_);
+    ++d.by_cpu;
+  }
+  for (size_t i = 0; i < B; ++i) {
+    const torch::Tensor& t = d.images[i];
+    if (!t.defined()) continue;
+    const auto& inf = files.info[i];
+    if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
+      d.frame[i] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
+      ++d.cropped;
+    } else {
+      d.frame[i] = Rect{0, 0, static_cast<int>(t.size(1)), static_cast<int>(t.size(0))};
+    }
+  }
+  return d;
+}
+
+void GpuImageLoader::substitute_failures(Decoded& d) {
+  for (size_t i = 0; i < d.images.size(); ++i) {
+    int64_t index = d.index[i];
+    for (int attempt = 1; !d.images[i].defined(); ++attempt) {
+      bad_.report(samples_[static_cast<size_t>(index)].name(), d.errors[i]);
+      if (!opt_.train) {  // left out
+        d.images[i] = black_;
+        d.frame[i] = Rect{0, 0, 1, 1};
+        d.index[i] = -1;
+        break;
+      }
+      TRAINER_CHECK(attempt < kMaxBadInARow, kMaxBadInARow, " bad samples in a row, the last: ", d.errors[i]);
+      index = substitute_sample(index, attempt, samples_.size());
+      try {
+        const ImageSample& s = samples_[static_cast<size_t>(index)];
+        std::vector<uint8_t> bytes;
+        read_sample_bytes(s, bytes);
+        RgbImage img;
+        decode_on_host(bytes, s.name(), img);
+        d.images[i] = upload_image(img, device_);
+        d.frame[i] = Rect{0, 0, img.width, img.height};
+        d.index[i] = index;
+        ++d.by_cpu;
+      } catch (const Error& e) {
+        d.errors[i] = e.what();
+      }
+    }
+  }
+}
+
+torch::Tensor GpuImageLoader::crop_resize_normalize(const Decoded& d, int64_t epoch) {
+  const size_t B = d.images.size();
+  std::vector<Rect> windows(B);
+  std::vector<char> flips(B, 0);
+  for (size_t i = 0; i < B; ++i) {
+    if (d.index[i] < 0) {  // left out: its black pixel
+      windows[i] = Rect{0, 0, 1, 1};
+      continue;
+    }
+    const Rect& f = d.frame[i];
+    bool flip = false;
+    Rect w = window(d.index[i], epoch, f.w, f.h, &flip);
+    w.x -= f.x;  // into the decoded region's coordinates (the region is this window where it was crop-decoded)
+    w.y -= f.y;
+    windows[i] = w;
+    flips[i] = flip ? 1 : 0;
+  }
+  const BatchAugmenter augmenter(opt_.augment, opt_.seed);
+  const bool plain = !(opt_.train && augmenter.enabled());  // nothing between the resize and the normalisation
+  const bool fused = plain && gpu_crop_resize_kernel_available();  // normalised and laid out by the resize kernel
+  torch::Tensor x = gpu_crop_resize(d.images, windows, flips, opt_.image_size, gpu_crop_resize_kernel_available(),
+                                    fused ? normalized_ : GpuResizeOutput{});
+  if (!fused) {
+    augmenter.augment_and_normalize_(x, d.index, epoch, opt_.train, mean255_, inv_std255_);
+    x = batch_layout(x, opt_.dtype, opt_.channels_last);
+  }
+  return x;
+}
+
+}  // namespace trainer
