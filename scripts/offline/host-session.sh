@@ -495,7 +495,7 @@ PY
   gputest)
     (cd build && ctest -L gpu --output-on-failure 2>&1) > "$out/ctest_gpu.log"; rc=$?
     grep -E "Passed|Failed|Skipped|tests passed" "$out/ctest_gpu.log"
-    build/tests/engine/engine_gpu_test --gtest_filter='GpuDecode.*' > "$out/gpudecode_test.log" 2>&1
+    build/tests/data/data_gpu_test > "$out/gpudecode_test.log" 2>&1
     grep -E "^  |OK \]|FAILED" "$out/gpudecode_test.log"
     exit $rc
     ;;

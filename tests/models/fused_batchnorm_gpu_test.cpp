@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <c10/cuda/CUDAFunctions.h>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
 
 #include "kernel_harness.h"
+#include "models/batchnorm.h"
 #include "models/fused_batchnorm.h"
 
 #ifdef TRAINER_WITH_KERNELS
@@ -97,6 +100,64 @@ TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
                                         << sh.w << form.name);
         check_against_aten(sh, dtype, form);
       }
+}
+
+// SyncBatchNorm through the fused kernels (one all-reduce of per-channel sums each way). Two ranks holding the same
+// batch are one all-reduce that doubles: the statistics and the input gradient are those of the batch alone, the
+// parameter gradients this rank's, the running variance unbiased over both ranks' values (2M). With one rank (the
+// identity) everything equals the local fused path. The host never waits on the GPU (CUDA's sync debug mode).
+TEST(FusedBatchNorm, SyncBatchNormSumsOverRanksWithoutHostSyncs) {
+  REQUIRE_KERNELS();
+  const torch::Device dev(torch::kCUDA, 0);
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << ranks << " identical ranks");
+    torch::manual_seed(3);
+    const int64_t C = 32;
+    SyncableBatchNorm2d local(C), sync(C);
+    local->to(dev);
+    sync->to(dev);
+    set_fused_batchnorm(*local, FusedNorm::on);
+    set_fused_batchnorm(*sync, FusedNorm::on);
+    int calls = 0;
+    enable_sync_batchnorm(*sync, [&calls, ranks](torch::Tensor& t) {
+      ++calls;
+      t.mul_(ranks);
+    });
+    auto make = [&] {
+      return (torch::randn({8, C, 12, 12}, torch::TensorOptions().device(dev)) * 3 + 1)
+          .to(torch::kBFloat16)
+          .contiguous(torch::MemoryFormat::ChannelsLast);
+    };
+    const torch::Tensor x = make(), z = make(), dy = make();
+    torch::Tensor xl = x.detach().clone().requires_grad_(true), xs = x.detach().clone().requires_grad_(true);
+    torch::Tensor zl = z.detach().clone().requires_grad_(true), zs = z.detach().clone().requires_grad_(true);
+    const torch::Tensor yl = local->forward_act(xl, zl, true);
+    yl.backward(dy);
+    torch::cuda::synchronize();
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    torch::Tensor ys;
+    try {
+      ys = sync->forward_act(xs, zs, true);
+      ys.backward(dy);
+    } catch (const std::exception& e) {
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+      FAIL() << "a host sync: " << e.what();
+    }
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    EXPECT_TRUE(sync->ran_fused());
+    EXPECT_EQ(calls, 2);  // statistics forward, gradient sums backward
+    // the same math but for the shift of the sums (the running mean here, the first row locally): bf16 roundings
+    EXPECT_LT(test::rel_l2(ys, yl), 1e-2);
+    EXPECT_LT(test::rel_l2(xs.grad(), xl.grad()), 1e-2);
+    EXPECT_LT(test::rel_l2(zs.grad(), zl.grad()), 1e-2);
+    EXPECT_LT(test::rel_l2(sync->weight.grad(), local->weight.grad()), 1e-4);
+    EXPECT_LT(test::rel_l2(sync->bias.grad(), local->bias.grad()), 1e-4);
+    EXPECT_LT(test::rel_l2(sync->running_mean, local->running_mean), 1e-5);
+    const double n = static_cast<double>(ranks) * x.numel() / C;
+    const torch::Tensor var = x.to(torch::kFloat64).transpose(0, 1).reshape({C, -1}).var(1, /*unbiased=*/false);
+    EXPECT_LT(test::rel_l2(sync->running_var, 0.9 + 0.1 * var * (n / (n - 1))), 1e-5);
+    EXPECT_EQ(sync->num_batches_tracked.item<int64_t>(), 1);
+  }
 }
 
 #ifdef TRAINER_WITH_KERNELS

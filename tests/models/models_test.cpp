@@ -356,12 +356,13 @@ TEST(Models, FusedNormKeepsTheCpuPath) {
   auto pb = plain->named_parameters();
   for (const auto& kv : fused->named_parameters()) EXPECT_TRUE(torch::equal(kv.value().grad(), pb[kv.key()].grad())) << kv.key();
   EXPECT_EQ(fused_batchnorm_layers(*fused), std::make_pair(0, 20));
-  EXPECT_FALSE(fused_batchnorm_applies(x, /*training=*/true, FusedNorm::faster));
+  EXPECT_FALSE(fused_batchnorm_applies(x, /*training=*/true, FusedNorm::on));
   EXPECT_FALSE(fused_batchnorm_applies(x.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast),
-                                       /*training=*/true, FusedNorm::faster));
+                                       /*training=*/true, FusedNorm::on));
   EXPECT_FALSE(max_pool_nhwc_applies(x.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast), 3, 2, 1,
-                                     FusedNorm::faster));
-  EXPECT_THROW(config_from_overrides({"model.fused_norm=on"}), ConfigError);
+                                     FusedNorm::on));
+  EXPECT_EQ(config_from_overrides({"model.fused_norm=on"}).model.fused_norm, "on");
+  EXPECT_THROW(config_from_overrides({"model.fused_norm=yes"}), ConfigError);
 }
 
 }  // namespace

@@ -104,8 +104,9 @@ Schema fields_of(Config& c) {
   s.add_bool("model.zero_init_last", &c.model.zero_init_last, "ResNet: zero the last BN gamma of each block");
   s.add_string("model.fused_norm", &c.model.fused_norm,
                "ResNet: batch norm with its residual add and ReLU, and the stem's max-pool, in trainer's own kernels "
-               "(CUDA, channels_last, bf16 or fp16, no sync_bn), where they are faster than ATen's; off = ATen's ops",
-               {"auto", "off"});
+               "(CUDA, channels_last): auto = where they are faster than ATen's (bf16 and fp16; not yet with "
+               "dist.sync_bn), on = wherever they run (sync_bn too), off = ATen's ops",
+               {"auto", "on", "off"});
   s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));
   s.add_float("model.drop_path_rate", &c.model.drop_path_rate, "stochastic depth rate of the last block",
               half_open(0, 1));

@@ -758,7 +758,8 @@ FitResult Trainer::fit_epochs() {
           log::info("model.fused_norm ", cfg_.model.fused_norm, ": ", fused.first, " of ", fused.second,
                     " batch-norm layers ran trainer's fused kernels",
                     fused.first < fused.second
-                        ? " (the others: ATen's; fused needs CUDA, channels_last, bf16 or fp16, no sync_bn)"
+                        ? " (the others: ATen's; fused needs CUDA, channels_last, bf16 or fp16, and fused_norm on "
+                          "with sync_bn)"
                         : "");
       }
       if (step_ % cfg_.run.log_interval == 0) {

@@ -137,7 +137,8 @@ __device__ __forceinline__ void load_mask_coef(const float* scale, const float* 
   }
 }
 
-// partial: [2][grid.y][C], the block's sums a and b over its rows
+// partial: [2][grid.y][C], the block's sums a and b over its rows. mean: the shift k of the gradient sums, and of
+// the statistics where given (else the first row)
 template <typename T, int VEC, bool BWD, int MASK, bool STORE_G>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                                                           const T* __restrict__ y, const float* __restrict__ mean,
@@ -154,6 +155,9 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
     float k[VEC], sc[VEC], sf[VEC];
     load_mask_coef<VEC, MASK>(scale, shift, c0, sc, sf);
     if constexpr (BWD) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) k[i] = mean[c0 + i];
+    } else if (mean) {  // a shift every rank shares (SyncBatchNorm)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) k[i] = mean[c0 + i];
     } else {
@@ -236,27 +240,56 @@ __device__ __forceinline__ void sum_partials(const float* __restrict__ partial, 
   *b = sb;
 }
 
+// where the statistics go (see bn_forward_stats)
+struct StatsOut {
+  const float *weight, *bias;
+  float eps, momentum;
+  float *running_mean, *running_var, *save_mean, *save_invstd, *scale, *shift;
+};
+
+// channel c's statistics from s1 = sum (x - k), s2 = sum (x - k)^2 over n values
+__device__ __forceinline__ void stats_from_sums(const StatsOut& o, int c, double s1, double s2, double n, double k) {
+  const double shifted = s1 / n;
+  const double var = fmax(s2 / n - shifted * shifted, 0.0);  // biased, as the normalisation uses
+  const double mean = k + shifted;
+  const double invstd = 1.0 / sqrt(var + static_cast<double>(o.eps));
+  o.save_mean[c] = static_cast<float>(mean);
+  o.save_invstd[c] = static_cast<float>(invstd);
+  const double w = o.weight ? o.weight[c] : 1.0, b = o.bias ? o.bias[c] : 0.0;
+  o.scale[c] = static_cast<float>(w * invstd);
+  o.shift[c] = static_cast<float>(b - mean * w * invstd);
+  const double m = o.momentum;
+  if (o.running_mean) o.running_mean[c] = static_cast<float>((1.0 - m) * o.running_mean[c] + m * mean);
+  if (o.running_var)
+    o.running_var[c] = static_cast<float>((1.0 - m) * o.running_var[c] + m * var * n / fmax(n - 1.0, 1.0));
+}
+
+// the statistics from this reduction's partials (shift: the first row of x)
 template <typename T>
 __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict__ partial, int grid_y, int64_t M, int C,
-                               const float* weight, const float* bias, float eps, float momentum, float* running_mean,
-                               float* running_var, float* save_mean, float* save_invstd, float* scale, float* shift) {
+                               StatsOut o) {
   const int c = blockIdx.x * kFinalX + threadIdx.x;
   double sa, sb;
   sum_partials(partial, grid_y, C, c, &sa, &sb);
   if (threadIdx.y != 0 || c >= C) return;
-  const double n = static_cast<double>(M);
-  const double shifted = sa / n;
-  const double var = fmax(sb / n - shifted * shifted, 0.0);  // biased, as the normalisation uses
-  const double mean = static_cast<double>(to_f(x[c])) + shifted;
-  const double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
-  save_mean[c] = static_cast<float>(mean);
-  save_invstd[c] = static_cast<float>(invstd);
-  const double w = weight ? weight[c] : 1.0, b = bias ? bias[c] : 0.0;
-  scale[c] = static_cast<float>(w * invstd);
-  shift[c] = static_cast<float>(b - mean * w * invstd);
-  if (running_mean) running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
-  if (running_var)
-    running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * var * n / fmax(n - 1.0, 1.0));
+  stats_from_sums(o, c, sa, sb, static_cast<double>(M), static_cast<double>(to_f(x[c])));
+}
+
+// SyncBatchNorm: the local sums for the all-reduce, sums = [s1 (C), s2 (C), M]
+__global__ void finalize_sums(const float* __restrict__ partial, int grid_y, int64_t M, int C, double* sums) {
+  const int c = blockIdx.x * kFinalX + threadIdx.x;
+  double sa, sb;
+  sum_partials(partial, grid_y, C, c, &sa, &sb);
+  if (threadIdx.y != 0 || c >= C) return;
+  sums[c] = sa;
+  sums[C + c] = sb;
+  if (c == 0) sums[2 * C] = static_cast<double>(M);
+}
+
+// SyncBatchNorm: the statistics from the sums over ranks (the count in sums[2C]), shifted by k
+__global__ void stats_from_global_sums(const double* __restrict__ sums, const float* k, int C, StatsOut o) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) stats_from_sums(o, c, sums[c], sums[C + c], sums[2 * C], k[c]);
 }
 
 __global__ void eval_scale_shift(const float* weight, const float* bias, const float* running_mean,
@@ -269,21 +302,40 @@ __global__ void eval_scale_shift(const float* weight, const float* bias, const f
   shift[c] = b - running_mean[c] * w * invstd;
 }
 
-// coef: [3][C] = weight * invstd, dbias / M, weight * invstd * dweight / M * invstd
+// coef: [3][C] = weight * invstd, sum g / n, weight * invstd^2 * sum (g * xhat) / n, from the gradient sums
+// sg = sum g and sgx = sum g * (x - mean) over n values
+__device__ __forceinline__ void coef_from_sums(int C, int c, double sg, double sgx, double n, const float* weight,
+                                               const float* invstd, float* coef) {
+  const double is = invstd[c], a = (weight ? weight[c] : 1.0) * is;
+  coef[c] = static_cast<float>(a);
+  coef[C + c] = static_cast<float>(sg / n);
+  coef[2 * C + c] = static_cast<float>(a * sgx * is / n * is);
+}
+
+// dweight = sum g * xhat, dbias = sum g, over this reduction's (this rank's) rows; then coef from the same sums
+// (COEF) or the sums kept for the all-reduce, sums = [sum g (C), sum g * (x - mean) (C)]
+template <bool COEF>
 __global__ void finalize_backward(const float* __restrict__ partial, int grid_y, int64_t M, int C, const float* weight,
-                                  const float* invstd, float* dweight, float* dbias, float* coef) {
+                                  const float* invstd, float* dweight, float* dbias, float* coef, double* sums) {
   const int c = blockIdx.x * kFinalX + threadIdx.x;
   double sg, sgx;
   sum_partials(partial, grid_y, C, c, &sg, &sgx);
   if (threadIdx.y != 0 || c >= C) return;
-  const double is = invstd[c], n = static_cast<double>(M);
-  const double dw = sgx * is;  // sum g * xhat
-  if (dweight) dweight[c] = static_cast<float>(dw);
+  if (dweight) dweight[c] = static_cast<float>(sgx * invstd[c]);
   if (dbias) dbias[c] = static_cast<float>(sg);
-  const double a = (weight ? weight[c] : 1.0) * is;
-  coef[c] = static_cast<float>(a);
-  coef[C + c] = static_cast<float>(sg / n);
-  coef[2 * C + c] = static_cast<float>(a * dw / n * is);
+  if constexpr (COEF) {
+    coef_from_sums(C, c, sg, sgx, static_cast<double>(M), weight, invstd, coef);
+  } else {
+    sums[c] = sg;
+    sums[C + c] = sgx;
+  }
+}
+
+// SyncBatchNorm: coef from the gradient sums over ranks and the forward's count over ranks
+__global__ void coef_from_global_sums(const double* __restrict__ sums, const double* count, int C, const float* weight,
+                                      const float* invstd, float* coef) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) coef_from_sums(C, c, sums[c], sums[C + c], *count, weight, invstd, coef);
 }
 
 // ---- elementwise passes ----
@@ -391,6 +443,8 @@ const dim3 kFinalBlock(kFinalX, kFinalY);
 
 // ---- typed launchers ----
 
+template <int V> using IntC = std::integral_constant<int, V>;
+
 // the backward's pointers (see bn_backward)
 template <typename T> struct BwdArgs {
   const T *dy, *y, *x;
@@ -399,28 +453,22 @@ template <typename T> struct BwdArgs {
   float *dweight, *dbias, *workspace;
 };
 
-template <typename T, int VEC>
-void forward_stats_vec(const T* x, int64_t M, int64_t C, const float* weight, const float* bias, float eps,
-                       float momentum, float* rm, float* rv, float* save_mean, float* save_invstd, float* scale,
-                       float* shift, float* workspace, cudaStream_t s) {
-  constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false>;
-  const Tile t = tile_for<kernel>(M, C, VEC);
-  const int Ci = static_cast<int>(C);
-  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, nullptr, nullptr, M, Ci, workspace, nullptr);
-  finalize_stats<T><<<final_grid(C), kFinalBlock, 0, s>>>(x, workspace, t.grid.y, M, Ci, weight, bias, eps, momentum,
-                                                          rm, rv, save_mean, save_invstd, scale, shift);
+// f(IntC<VEC>) with the widest VEC the channels and pointers allow
+template <typename F>
+void with_vec(int64_t C, F&& f, const void* a, const void* b = nullptr, const void* c = nullptr,
+              const void* d = nullptr, const void* e = nullptr) {
+  if (pick_vec(C, a, b, c, d, e) == kMaxVec) f(IntC<kMaxVec>{});
+  else f(IntC<1>{});
 }
 
-template <typename T>
-void forward_stats(const T* x, int64_t M, int64_t C, const float* weight, const float* bias, float eps, float momentum,
-                   float* rm, float* rv, float* save_mean, float* save_invstd, float* scale, float* shift,
-                   float* workspace, cudaStream_t s) {
-  if (pick_vec(C, x) == kMaxVec)
-    forward_stats_vec<T, kMaxVec>(x, M, C, weight, bias, eps, momentum, rm, rv, save_mean, save_invstd, scale, shift,
-                                  workspace, s);
-  else
-    forward_stats_vec<T, 1>(x, M, C, weight, bias, eps, momentum, rm, rv, save_mean, save_invstd, scale, shift,
-                            workspace, s);
+// The statistics' reduction, shifted by k (null: the first row), into the workspace's partials; returns the grid
+template <typename T, int VEC>
+Tile stats_reduce(const T* x, const float* k, int64_t M, int64_t C, float* workspace, cudaStream_t s) {
+  constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false>;
+  const Tile t = tile_for<kernel>(M, C, VEC);
+  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, k, nullptr, nullptr, M, static_cast<int>(C), workspace,
+                                    nullptr);
+  return t;
 }
 
 template <typename T, int VEC, bool ADD, bool RELU>
@@ -440,51 +488,65 @@ void apply_vec(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* 
   else apply_launch<T, VEC, false, false>(x, z, y, M, C, scale, shift, s);
 }
 
-template <typename T>
-void apply(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scale, const float* shift, bool relu,
-           cudaStream_t s) {
-  if (pick_vec(C, x, z, y) == kMaxVec) apply_vec<T, kMaxVec>(x, z, y, M, C, scale, shift, relu, s);
-  else apply_vec<T, 1>(x, z, y, M, C, scale, shift, relu, s);
-}
-
 // The passes over the tensor per case: with the residual add and ReLU the reduction reads dy, y and x and writes
 // the masked gradient to dz, which the elementwise pass reads back with x (7 passes: not dy and y twice, 8); a ReLU
 // alone recomputes its mask from x (5, not 7 with y); no ReLU reads dy and x (5, and 1 more writing dz = dy).
-template <typename T, int VEC, bool DZ, int MASK>
-void backward_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
-  constexpr bool kStoreG = DZ && MASK != kNoMask;
-  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, kStoreG>;
-  constexpr auto elementwise = backward_kernel<T, VEC, DZ && !kStoreG, kStoreG ? int(kNoMask) : MASK>;
-  const int Ci = static_cast<int>(C);
-  const Tile t = tile_for<reduce>(M, C, VEC);
-  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.y, a.mean, a.scale, a.shift, M, Ci, a.workspace, a.dz);
-  float* coef = a.workspace + 2 * int64_t(t.grid.y) * C;
-  finalize_backward<<<final_grid(C), kFinalBlock, 0, s>>>(a.workspace, t.grid.y, M, Ci, a.weight, a.invstd,
-                                                          a.dweight, a.dbias, coef);
-  const Tile e = tile_for<elementwise>(M, C, VEC);
-  elementwise<<<e.grid, e.block, 0, s>>>(kStoreG ? a.dz : a.dy, a.y, a.x, a.dx, a.dz, M, Ci, coef, a.mean, a.scale,
-                                         a.shift);
-}
+template <int MASK, bool DZ> struct BackwardPlan {
+  static constexpr bool kStoreG = DZ && MASK != kNoMask;
+  static constexpr int kElementwiseMask = kStoreG ? int(kNoMask) : MASK;
+  static constexpr bool kElementwiseDz = DZ && !kStoreG;
+};
 
-template <typename T, int VEC>
-void backward_vec(const BwdArgs<T>& a, int64_t M, int64_t C, bool relu, cudaStream_t s) {
+// f(IntC<VEC>, IntC<MASK>, bool_constant<DZ>) for the backward's case
+template <typename T, typename F>
+void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
   const int mask = !relu ? kNoMask : a.y ? kMaskY : kMaskX;
-  if (a.dz) {
-    if (mask == kMaskY) backward_launch<T, VEC, true, kMaskY>(a, M, C, s);
-    else if (mask == kMaskX) backward_launch<T, VEC, true, kMaskX>(a, M, C, s);
-    else backward_launch<T, VEC, true, kNoMask>(a, M, C, s);
-  } else {
-    if (mask == kMaskY) backward_launch<T, VEC, false, kMaskY>(a, M, C, s);
-    else if (mask == kMaskX) backward_launch<T, VEC, false, kMaskX>(a, M, C, s);
-    else backward_launch<T, VEC, false, kNoMask>(a, M, C, s);
-  }
+  with_vec(
+      C,
+      [&](auto vec) {
+        auto dz = [&](auto m) {
+          if (a.dz) f(vec, m, std::true_type{});
+          else f(vec, m, std::false_type{});
+        };
+        if (mask == kMaskY) dz(IntC<kMaskY>{});
+        else if (mask == kMaskX) dz(IntC<kMaskX>{});
+        else dz(IntC<kNoMask>{});
+      },
+      a.dy, a.y, a.x, a.dx, a.dz);
 }
 
-template <typename T>
-void backward(const BwdArgs<T>& a, int64_t M, int64_t C, bool relu, cudaStream_t s) {
-  if (pick_vec(C, a.dy, a.y, a.x, a.dx, a.dz) == kMaxVec) backward_vec<T, kMaxVec>(a, M, C, relu, s);
-  else backward_vec<T, 1>(a, M, C, relu, s);
+template <typename T, int VEC, bool DZ, int MASK>
+Tile backward_reduce(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
+  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG>;
+  const Tile t = tile_for<reduce>(M, C, VEC);
+  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.y, a.mean, a.scale, a.shift, M, static_cast<int>(C), a.workspace,
+                                    a.dz);
+  return t;
 }
+
+template <typename T, int VEC, bool DZ, int MASK>
+void backward_elementwise(const BwdArgs<T>& a, const float* coef, int64_t M, int64_t C, cudaStream_t s) {
+  using Plan = BackwardPlan<MASK, DZ>;
+  constexpr auto kernel = backward_kernel<T, VEC, Plan::kElementwiseDz, Plan::kElementwiseMask>;
+  const Tile e = tile_for<kernel>(M, C, VEC);
+  kernel<<<e.grid, e.block, 0, s>>>(Plan::kStoreG ? a.dz : a.dy, a.y, a.x, a.dx, a.dz, M, static_cast<int>(C), coef,
+                                    a.mean, a.scale, a.shift);
+}
+
+template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* y, const void* x, void* dx, void* dz,
+                                         const float* weight, const float* mean, const float* invstd,
+                                         const float* scale, const float* shift, float* dweight, float* dbias,
+                                         float* workspace) {
+  return {static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x), static_cast<T*>(dx),
+          static_cast<T*>(dz), weight, mean, invstd, scale, shift, dweight, dbias, workspace};
+}
+
+// f(T*) with T the element type of dt (a null pointer of it, for the type)
+template <typename F> void with_type(HalfType dt, F&& f) {
+  if (dt == HalfType::bf16) f(static_cast<__nv_bfloat16*>(nullptr));
+  else f(static_cast<__half*>(nullptr));
+}
+template <typename P> using Elem = std::remove_pointer_t<P>;
 
 }  // namespace
 
@@ -498,12 +560,36 @@ int64_t bn_workspace_floats(int64_t M, int64_t C) {
 cudaError_t bn_forward_stats(const void* x, HalfType dt, int64_t M, int64_t C, const float* weight, const float* bias,
                              float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                              float* save_invstd, float* scale, float* shift, float* workspace, cudaStream_t stream) {
-  if (dt == HalfType::bf16)
-    forward_stats(static_cast<const __nv_bfloat16*>(x), M, C, weight, bias, eps, momentum, running_mean, running_var,
-                  save_mean, save_invstd, scale, shift, workspace, stream);
-  else
-    forward_stats(static_cast<const __half*>(x), M, C, weight, bias, eps, momentum, running_mean, running_var,
-                  save_mean, save_invstd, scale, shift, workspace, stream);
+  const StatsOut o{weight, bias, eps, momentum, running_mean, running_var, save_mean, save_invstd, scale, shift};
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    const T* xt = static_cast<const T*>(x);
+    with_vec(C, [&](auto vec) {
+      const Tile t = stats_reduce<T, decltype(vec)::value>(xt, nullptr, M, C, workspace, stream);
+      finalize_stats<T><<<final_grid(C), kFinalBlock, 0, stream>>>(xt, workspace, t.grid.y, M, static_cast<int>(C), o);
+    }, x);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t bn_forward_sums(const void* x, HalfType dt, int64_t M, int64_t C, const float* k, double* sums,
+                            float* workspace, cudaStream_t stream) {
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    with_vec(C, [&](auto vec) {
+      const Tile t = stats_reduce<T, decltype(vec)::value>(static_cast<const T*>(x), k, M, C, workspace, stream);
+      finalize_sums<<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C), sums);
+    }, x);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t bn_stats_from_sums(const double* sums, const float* k, int64_t C, const float* weight, const float* bias,
+                               float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
+                               float* save_invstd, float* scale, float* shift, cudaStream_t stream) {
+  const StatsOut o{weight, bias, eps, momentum, running_mean, running_var, save_mean, save_invstd, scale, shift};
+  stats_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      sums, k, static_cast<int>(C), o);
   return cudaGetLastError();
 }
 
@@ -517,12 +603,13 @@ cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const fl
 
 cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
                      const float* shift, bool relu, cudaStream_t stream) {
-  if (dt == HalfType::bf16)
-    apply(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(z), static_cast<__nv_bfloat16*>(y),
-          M, C, scale, shift, relu, stream);
-  else
-    apply(static_cast<const __half*>(x), static_cast<const __half*>(z), static_cast<__half*>(y), M, C, scale, shift,
-          relu, stream);
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    with_vec(C, [&](auto vec) {
+      apply_vec<T, decltype(vec)::value>(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), M, C,
+                                         scale, shift, relu, stream);
+    }, x, z, y);
+  });
   return cudaGetLastError();
 }
 
@@ -531,15 +618,60 @@ cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, 
                         const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
                         float* workspace, cudaStream_t stream) {
   if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;  // no way to know the ReLU's mask
-  auto run = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const BwdArgs<T> a{static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x),
-                       static_cast<T*>(dx), static_cast<T*>(dz), weight, save_mean, save_invstd, scale, shift,
-                       dweight, dbias, workspace};
-    backward(a, M, C, relu, stream);
-  };
-  if (dt == HalfType::bf16) run(static_cast<__nv_bfloat16*>(nullptr));
-  else run(static_cast<__half*>(nullptr));
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    const auto a = bwd_args<T>(dy, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, dweight, dbias, workspace);
+    with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
+      constexpr int V = decltype(vec)::value, K = decltype(mask)::value;
+      constexpr bool D = decltype(has_dz)::value;
+      const Tile t = backward_reduce<T, V, D, K>(a, M, C, stream);
+      float* coef = workspace + 2 * int64_t(t.grid.y) * C;
+      finalize_backward<true><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
+                                                                         weight, save_invstd, dweight, dbias, coef,
+                                                                         nullptr);
+      backward_elementwise<T, V, D, K>(a, coef, M, C, stream);
+    });
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t bn_backward_sums(const void* dy, const void* y, const void* x, void* dz, HalfType dt, int64_t M, int64_t C,
+                             const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
+                             bool relu, float* dweight, float* dbias, double* sums, float* workspace,
+                             cudaStream_t stream) {
+  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    const auto a = bwd_args<T>(dy, y, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift, dweight, dbias,
+                               workspace);
+    with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
+      const Tile t = backward_reduce<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
+          a, M, C, stream);
+      finalize_backward<false><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
+                                                                          nullptr, save_invstd, dweight, dbias,
+                                                                          nullptr, sums);
+    });
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t bn_backward_from_sums(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt,
+                                  int64_t M, int64_t C, const float* weight, const float* save_mean,
+                                  const float* save_invstd, const float* scale, const float* shift, bool relu,
+                                  const double* sums, const double* count, float* workspace, cudaStream_t stream) {
+  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
+  with_type(dt, [&](auto tag) {
+    using T = Elem<decltype(tag)>;
+    const auto a = bwd_args<T>(dy, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, nullptr, nullptr,
+                               workspace);
+    with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
+      float* coef = workspace;  // the partials are spent
+      coef_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          sums, count, static_cast<int>(C), weight, save_invstd, coef);
+      backward_elementwise<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(a, coef, M, C,
+                                                                                                   stream);
+    });
+  });
   return cudaGetLastError();
 }
 

@@ -3,6 +3,7 @@
 //   training forward: bn_forward_stats (per-channel mean and variance, running statistics), then bn_apply
 //   eval forward:     bn_eval_scale_shift, then bn_apply
 //   training backward: bn_backward (one reduction pass, one elementwise pass)
+//   SyncBatchNorm: the same passes split around all-reduces of per-channel sums (bn_forward_sums, bn_backward_sums)
 // Plain CUDA behind a C++ interface (no torch headers); models/fused_batchnorm.cpp is the ATen-facing layer. Each
 // launcher returns the launch error (cudaSuccess when the kernels were queued on `stream`).
 #pragma once
@@ -24,6 +25,16 @@ cudaError_t bn_forward_stats(const void* x, HalfType dt, int64_t M, int64_t C, c
                       float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                       float* save_invstd, float* scale, float* shift, float* workspace, cudaStream_t stream);
 
+// SyncBatchNorm, forward in two halves around an all-reduce (sum over ranks) of `sums`: bn_forward_sums writes this
+// rank's sums (double, 2C + 1) = [sum (x - k), sum (x - k)^2, M] with k a shift every rank shares (the running mean,
+// close to the batch mean once training runs); bn_stats_from_sums then computes what bn_forward_stats does from the
+// sums over ranks (the count in sums[2C]).
+cudaError_t bn_forward_sums(const void* x, HalfType dt, int64_t M, int64_t C, const float* k, double* sums,
+                            float* workspace, cudaStream_t stream);
+cudaError_t bn_stats_from_sums(const double* sums, const float* k, int64_t C, const float* weight, const float* bias,
+                               float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
+                               float* save_invstd, float* scale, float* shift, cudaStream_t stream);
+
 // scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale.
 cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const float* running_mean, const float* running_var,
                          float eps, int64_t C, float* scale, float* shift, cudaStream_t stream);
@@ -40,5 +51,18 @@ cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, 
                         int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
                         const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
                         float* workspace, cudaStream_t stream);
+
+// SyncBatchNorm, backward in two halves around an all-reduce of `sums` (double, 2C): bn_backward_sums writes this
+// rank's [sum g, sum g * (x - mean)], this rank's dweight and dbias (the data-parallel gradient all-reduce sums
+// those, as for any parameter) and dz as bn_backward may; bn_backward_from_sums then writes dx (and dz) from the sums
+// over ranks and the count over ranks (the forward's sums[2C]). The same y, dz and relu in both calls.
+cudaError_t bn_backward_sums(const void* dy, const void* y, const void* x, void* dz, HalfType dt, int64_t M, int64_t C,
+                             const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
+                             bool relu, float* dweight, float* dbias, double* sums, float* workspace,
+                             cudaStream_t stream);
+cudaError_t bn_backward_from_sums(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt,
+                                  int64_t M, int64_t C, const float* weight, const float* save_mean,
+                                  const float* save_invstd, const float* scale, const float* shift, bool relu,
+                                  const double* sums, const double* count, float* workspace, cudaStream_t stream);
 
 }  // namespace trainer::kernels

@@ -28,8 +28,8 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 }  // namespace
 
 torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
-  // SyncBatchNorm sums its statistics over ranks: the fused kernels do not (yet)
-  const bool fuse = !all_reduce_ && options.affine() && options.track_running_stats() &&
+  // auto leaves SyncBatchNorm to ATen's ops until its fused path has been measured on GPUs; on fuses it too
+  const bool fuse = (!all_reduce_ || fused_ == FusedNorm::on) && options.affine() && options.track_running_stats() &&
                     options.momentum().has_value() && fused_batchnorm_applies(x, is_training(), fused_) &&
                     (!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type()));
   ran_fused_ = fuse;
@@ -39,7 +39,8 @@ torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const
       num_batches_tracked.add_(1);
     }
     return fused_batchnorm(x, z.defined() ? z.contiguous(torch::MemoryFormat::ChannelsLast) : z, weight, bias,
-                           running_mean, running_var, *options.momentum(), options.eps(), is_training(), relu);
+                           running_mean, running_var, *options.momentum(), options.eps(), is_training(), relu,
+                           all_reduce_ && is_training() ? &all_reduce_ : nullptr);
   }
   torch::Tensor y = forward_unfused(x);
   if (z.defined()) y.add_(z);

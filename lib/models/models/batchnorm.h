@@ -3,8 +3,9 @@
 // Same parameters, buffers and state-dict names as torch::nn::BatchNorm2d, and the same forward until
 // set_all_reduce() gives it a sum over ranks: then, in training, the per-channel sum, sum of squares and count
 // are summed over ranks through a differentiable all-reduce (its backward sums the gradients over ranks too), so
-// the output and the gradients equal those of one BatchNorm over the global batch. Models do not know about
-// process groups: the engine injects the collective.
+// the output and the gradients equal those of one BatchNorm over the global batch (the fused kernels do the same
+// with one all-reduce of shifted per-channel sums each way). Models do not know about process groups: the engine
+// injects the collective.
 #pragma once
 #include <torch/nn/modules/batchnorm.h>
 
@@ -15,14 +16,12 @@
 
 namespace trainer {
 
-using AllReduceFn = std::function<void(torch::Tensor&)>;  // in-place sum over ranks
-
 class SyncableBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
  public:
   using torch::nn::BatchNorm2dImpl::BatchNorm2dImpl;
   torch::Tensor forward(const torch::Tensor& x) { return forward_act(x, torch::Tensor(), /*relu=*/false); }
-  // relu?(batch_norm(x) + z), z undefined for none: one fused kernel pass where set_fused(true) and
-  // fused_batchnorm_applies (models/fused_batchnorm.h), else ATen's batch norm, add and ReLU.
+  // relu?(batch_norm(x) + z), z undefined for none: the fused kernels (with the sum over ranks too) where
+  // fused_batchnorm_applies under set_fused's policy (models/fused_batchnorm.h), else ATen's batch norm, add, ReLU.
   torch::Tensor forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu);
   void set_all_reduce(AllReduceFn fn) { all_reduce_ = std::move(fn); }
   void set_fused(FusedNorm policy) { fused_ = policy; }

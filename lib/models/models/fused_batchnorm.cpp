@@ -23,38 +23,58 @@ void check(cudaError_t e, const char* what) { glue::check_launch(e, "fused batch
 
 float* f32(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+double* f64(const torch::Tensor& t) { return t.data_ptr<double>(); }
+
+// the all-reduce of SyncBatchNorm travels through autograd's saved data as an address (the module owns it)
+const AllReduceFn* all_reduce_of(int64_t address) { return reinterpret_cast<const AllReduceFn*>(address); }
+
 struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
-  // z: the residual, or an empty tensor for none
+  // z: the residual, or an empty tensor for none; sync: the address of an AllReduceFn (SyncBatchNorm) or 0
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
                                torch::Tensor bias, torch::Tensor running_mean, torch::Tensor running_var,
-                               double momentum, double eps, bool relu) {
+                               double momentum, double eps, bool relu, int64_t sync) {
     const int64_t C = x.size(1), M = x.numel() / C;
     const auto f = x.options().dtype(torch::kFloat32);
     torch::Tensor y = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
     torch::Tensor mean = torch::empty({C}, f), invstd = torch::empty({C}, f);
     torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);
     torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
+    torch::Tensor count;  // SyncBatchNorm: the values per channel over all ranks (double, on the device)
     const cudaStream_t s = stream_of(x);
-    check(kernels::bn_forward_stats(x.data_ptr(), dtype_of(x), M, C, f32(weight), f32(bias), static_cast<float>(eps),
-                                    static_cast<float>(momentum), f32(running_mean), f32(running_var), f32(mean),
-                                    f32(invstd), f32(scale), f32(shift), f32(ws), s),
-          "statistics");
+    const float e = static_cast<float>(eps), m = static_cast<float>(momentum);
+    if (sync) {  // shifted by the running mean, which every rank holds alike
+      torch::Tensor sums = torch::empty({2 * C + 1}, x.options().dtype(torch::kFloat64));
+      check(kernels::bn_forward_sums(x.data_ptr(), dtype_of(x), M, C, f32(running_mean), f64(sums), f32(ws), s),
+            "local sums");
+      (*all_reduce_of(sync))(sums);
+      check(kernels::bn_stats_from_sums(f64(sums), f32(running_mean), C, f32(weight), f32(bias), e, m,
+                                        f32(running_mean), f32(running_var), f32(mean), f32(invstd), f32(scale),
+                                        f32(shift), s),
+            "statistics over ranks");
+      count = sums.narrow(0, 2 * C, 1);
+    } else {
+      check(kernels::bn_forward_stats(x.data_ptr(), dtype_of(x), M, C, f32(weight), f32(bias), e, m, f32(running_mean),
+                                      f32(running_var), f32(mean), f32(invstd), f32(scale), f32(shift), f32(ws), s),
+            "statistics");
+    }
     const bool has_z = z.numel() > 0;
     check(kernels::bn_apply(x.data_ptr(), has_z ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
                             f32(scale), f32(shift), relu, s),
           "apply");
     // the ReLU's mask: from y where the residual was added, else recomputed from x with scale and shift
-    ctx->save_for_backward({x, relu && has_z ? y : torch::Tensor(), weight, mean, invstd, scale, shift});
+    ctx->save_for_backward({x, relu && has_z ? y : torch::Tensor(), weight, mean, invstd, scale, shift, count});
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["has_z"] = has_z;
+    ctx->saved_data["sync"] = sync;
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4],
-                        &scale = saved[5], &shift = saved[6];
+                        &scale = saved[5], &shift = saved[6], &count = saved[7];
     const bool relu = ctx->saved_data["relu"].toBool(), has_z = ctx->saved_data["has_z"].toBool();
+    const int64_t sync = ctx->saved_data["sync"].toInt();
     const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
     const int64_t C = x.size(1), M = x.numel() / C;
     const auto f = x.options().dtype(torch::kFloat32);
@@ -62,11 +82,27 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     torch::Tensor dz = has_z ? torch::empty_like(x, torch::MemoryFormat::ChannelsLast) : torch::Tensor();
     torch::Tensor dweight = torch::empty({C}, f), dbias = torch::empty({C}, f);
     torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
-    check(kernels::bn_backward(dy.data_ptr(), y.defined() ? y.data_ptr() : nullptr, x.data_ptr(), dx.data_ptr(),
-                               has_z ? dz.data_ptr() : nullptr, dtype_of(x), M, C, f32(weight), f32(mean), f32(invstd),
-                               f32(scale), f32(shift), relu, f32(dweight), f32(dbias), f32(ws), stream_of(x)),
-          "backward");
-    return {dx, dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const void* yp = y.defined() ? y.data_ptr() : nullptr;
+    void* dzp = has_z ? dz.data_ptr() : nullptr;
+    const cudaStream_t s = stream_of(x);
+    if (sync) {  // dx from the gradient sums over ranks; dweight, dbias this rank's (DDP sums them)
+      torch::Tensor sums = torch::empty({2 * C}, x.options().dtype(torch::kFloat64));
+      check(kernels::bn_backward_sums(dy.data_ptr(), yp, x.data_ptr(), dzp, dtype_of(x), M, C, f32(mean), f32(invstd),
+                                      f32(scale), f32(shift), relu, f32(dweight), f32(dbias), f64(sums), f32(ws), s),
+            "local gradient sums");
+      (*all_reduce_of(sync))(sums);
+      check(kernels::bn_backward_from_sums(dy.data_ptr(), yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C,
+                                           f32(weight), f32(mean), f32(invstd), f32(scale), f32(shift), relu, f64(sums),
+                                           f64(count), f32(ws), s),
+            "backward over ranks");
+    } else {
+      check(kernels::bn_backward(dy.data_ptr(), yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C, f32(weight),
+                                 f32(mean), f32(invstd), f32(scale), f32(shift), relu, f32(dweight), f32(dbias),
+                                 f32(ws), s),
+            "backward");
+    }
+    return {dx,       dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -83,7 +119,8 @@ bool fused_batchnorm_built() {
 
 FusedNorm fused_norm_from(const std::string& v) {
   if (v == "off") return FusedNorm::off;
-  TRAINER_CHECK(v == "auto", "model.fused_norm: expected auto or off, got '", v, "'");
+  if (v == "on") return FusedNorm::on;
+  TRAINER_CHECK(v == "auto", "model.fused_norm: expected auto, on or off, got '", v, "'");
   return FusedNorm::faster;
 }
 
@@ -98,7 +135,7 @@ bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm po
 
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
-                              double momentum, double eps, bool training, bool relu) {
+                              double momentum, double eps, bool training, bool relu, const AllReduceFn* all_reduce) {
 #ifdef TRAINER_WITH_KERNELS
   TRAINER_CHECK(weight.scalar_type() == torch::kFloat32 && running_mean.scalar_type() == torch::kFloat32,
                 "fused batch norm: parameters and running statistics must be float32");
@@ -107,7 +144,7 @@ torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, co
                 "fused batch norm: the residual must have the input's shape, dtype and channels_last layout");
   if (training)  // autograd functions take defined tensors only: no residual is an empty one
     return FusedBatchNorm::apply(x, z.defined() ? z : x.new_empty({0}), weight, bias, running_mean, running_var,
-                                 momentum, eps, relu);
+                                 momentum, eps, relu, static_cast<int64_t>(reinterpret_cast<intptr_t>(all_reduce)));
   const int64_t C = x.size(1), M = x.numel() / C;
   const auto f = x.options().dtype(torch::kFloat32);
   torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);

@@ -5,14 +5,16 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 
 namespace trainer {
 
-// model.fused_norm: off, or auto (`faster`): the kernels wherever they run, as they beat ATen's path in a ResNet step
-// in bf16 and in fp16, where ATen takes cuDNN's NHWC batch norm (bench/results/2026-12-01_h200/run54_fused_bn_fast).
-enum class FusedNorm { off, faster };
-FusedNorm fused_norm_from(const std::string& config_value);  // "auto" | "off"
+// model.fused_norm: off; auto = where the kernels beat ATen's path in a ResNet step (bf16 and fp16, where ATen takes
+// cuDNN's NHWC batch norm: bench/results/2026-12-01_h200/run54_fused_bn_fast), SyncBatchNorm excluded until its
+// fused path is measured; on = wherever they can run, SyncBatchNorm included.
+enum class FusedNorm { off, faster, on };
+FusedNorm fused_norm_from(const std::string& config_value);  // "auto" | "on" | "off"
 
 // Whether this build has the kernels (nvcc was found).
 bool fused_batchnorm_built();
@@ -20,10 +22,15 @@ bool fused_batchnorm_built();
 // more than one value per channel in training; in evaluation only without autograd (the fused function has no eval
 // backward).
 bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm policy);
+using AllReduceFn = std::function<void(torch::Tensor&)>;  // in-place sum over ranks
+
 // y = relu?(batch_norm(x) + z); z undefined for none (else x's shape and dtype). Updates the running statistics in
-// training.
+// training. all_reduce (SyncBatchNorm, training only; it must outlive the backward): the statistics and the input
+// gradient over all ranks' batches, through one all-reduce of per-channel sums each way (shifted by the running
+// mean, which every rank holds alike); the parameter gradients stay this rank's.
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
-                              double momentum, double eps, bool training, bool relu);
+                              double momentum, double eps, bool training, bool relu,
+                              const AllReduceFn* all_reduce = nullptr);
 
 }  // namespace trainer
