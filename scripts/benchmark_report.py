@@ -88,6 +88,10 @@ def fmt(v, spec=",.0f"):
     return "" if v is None else format(v, spec)
 
 
+def times(v):
+    return "" if v is None else f"{v:.2f}x"
+
+
 def markdown(meta, train, pipe, cur):
     lines = [f"# Benchmark suite ({meta['mode']}), {meta['date']}", "",
              f"Host: {meta['gpu']}; trainer {meta['trainer']} at {meta['commit']}; {meta['env']}.", "",
@@ -95,20 +99,20 @@ def markdown(meta, train, pipe, cur):
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in train:
         lines.append(f"| {r['workload']} | {fmt(r['trainer'])} | {fmt(r['pytorch_eager'])} | {fmt(r['torch_compile'])} "
-                     f"| {fmt(r['vs_eager'], '.2f')}x | {fmt(r['vs_compile'], '.2f')}x | {fmt(r['peak_mem_gib'], '.1f')} |")
+                     f"| {times(r['vs_eager'])} | {times(r['vs_compile'])} | {fmt(r['peak_mem_gib'], '.1f')} |")
     if pipe:
         lines += ["", "| input side | trainer img/s | reference | ratio |", "| --- | ---: | --- | ---: |"]
         for r in pipe:
             if r["kind"] == "pipeline":
                 lines.append(f"| {r['workload']} | {fmt(r['trainer'])} | torch DataLoader, 16 workers: "
-                             f"{fmt(r['torch_dataloader'])} | {fmt(r['vs_dataloader'], '.2f')}x |")
+                             f"{fmt(r['torch_dataloader'])} | {times(r['vs_dataloader'])} |")
             else:
                 lines.append(f"| {r['workload']} | {fmt(r['trainer'])} | synthetic: {fmt(r['synthetic'])} "
                              f"| {fmt(100 * r['of_synthetic'] if r['of_synthetic'] else None, '.1f')}% |")
     if cur["pipeline_threads"]:
         lines += ["", "CPU pipeline against decode threads: " +
                   ", ".join(f"{n}: {v:,.0f}" for n, v in cur["pipeline_threads"]) + " img/s"]
-    if cur["resnet50_bf16_batch"]:
+    if len(cur["resnet50_bf16_batch"]) > 1:
         lines += ["", "ResNet-50 bf16 against batch size (trainer img/s, peak GiB / eager img/s, peak GiB): " +
                   "; ".join(f"{b}: {fmt(t)}, {fmt(m, '.1f')} / {fmt(e)}, {fmt(em, '.1f')}"
                             for b, t, m, e, em in cur["resnet50_bf16_batch"])]
@@ -176,7 +180,7 @@ def picture(path, meta, train, pipe, cur):
     if cur["pipeline_threads"]:
         y += line_chart(draw, font, 10, y, width - 20, 220, cur["pipeline_threads"],
                         "CPU pipeline img/s against decode threads", "threads") + 10
-    if cur["resnet50_bf16_batch"]:
+    if len(cur["resnet50_bf16_batch"]) > 1:
         y += line_chart(draw, font, 10, y, width - 20, 220, [(b, t) for b, t, *_ in cur["resnet50_bf16_batch"]],
                         "ResNet-50 bf16 training img/s against batch size", "batch size") + 10
     img.crop((0, 0, width, min(height, y + 10))).save(path)
@@ -195,7 +199,8 @@ def main():
     env = next((r["env"] for r in raw.values() if "env" in r), {})
     full = any(n.startswith(("threads_", "train_resnet18_")) for n in raw)
     meta = {"mode": "full" if full else "quick", "date": time.strftime("%Y-%m-%d"),
-            "gpu": text("gpu.txt", env.get("gpu", "unknown GPU")), "trainer": text("version.txt").split("\n")[0],
+            "gpu": text("gpu.txt", env.get("gpu", "unknown GPU")),
+            "trainer": text("version.txt").split("\n")[0].replace("trainer", "", 1).strip(),
             "commit": text("commit.txt", env.get("git_sha", "?")),
             "env": ", ".join(f"{k} {env[k]}" for k in ("libtorch", "cuda_runtime", "cudnn", "nccl") if k in env),
             "cpus": os.cpu_count()}
