@@ -31,18 +31,22 @@ AutoDecodeLoader::AutoDecodeLoader(Factory make_cpu, Factory make_gpu, int worke
   active_ = make_cpu_();
 }
 
-AutoDecodeLoader::AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const AutoDecodeLoader* leader)
+AutoDecodeLoader::AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const Loader* leader)
     : make_cpu_(std::move(make_cpu)), make_gpu_(std::move(make_gpu)), leader_(leader), state_(State::decided) {
-  on_gpu_ = leader_->decided() && leader_->on_gpu();
+  on_gpu_ = leader_on_gpu();
   active_ = on_gpu_ ? make_gpu_() : make_cpu_();
 }
 
 AutoDecodeLoader::~AutoDecodeLoader() = default;
 
+bool AutoDecodeLoader::leader_on_gpu() const {
+  return !leader_->deciding() && leader_->pipeline_stats().decode == DecodeKind::gpu;
+}
+
 void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
-  if (leader_ && leader_->decided() && leader_->on_gpu() != on_gpu_) {
+  if (leader_ && !leader_->deciding() && leader_on_gpu() != on_gpu_) {
     retire(active_);  // one loader at a time: the old one's threads and buffers go first
-    on_gpu_ = leader_->on_gpu();
+    on_gpu_ = leader_on_gpu();
     active_ = on_gpu_ ? make_gpu_() : make_cpu_();
     log::info("data.decode auto: evaluation decodes on the ", on_gpu_ ? "GPU" : "CPU", " too, as training does");
   }
@@ -89,9 +93,9 @@ bool AutoDecodeLoader::next(Batch& out) {
 }
 
 bool AutoDecodeLoader::cpu_totals(int64_t& samples, int64_t& busy_ns) {
-  const auto* cpu = dynamic_cast<const ImageLoader*>(active_.get());
-  if (!cpu) return false;
-  const StageTotals t = cpu->stage_totals();
+  const PipelineStats s = active_->pipeline_stats();
+  if (s.decode != DecodeKind::cpu) return false;
+  const StageTotals& t = s.cpu;
   samples = t.samples;
   busy_ns = t.read_ns + t.decode_ns + t.resize_ns;
   return true;

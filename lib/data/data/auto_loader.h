@@ -59,7 +59,7 @@ class AutoDecodeLoader : public Loader {
   // make_gpu: the GPU path, made only when tried. `workers`: the CPU path's decode threads.
   AutoDecodeLoader(Factory make_cpu, Factory make_gpu, int workers, AutoDecodeOptions opt = {});
   // Evaluation: follows `leader`'s decision (from the next set_epoch on), measures nothing.
-  AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const AutoDecodeLoader* leader);
+  AutoDecodeLoader(Factory make_cpu, Factory make_gpu, const Loader* leader);
   ~AutoDecodeLoader() override;
 
   void set_epoch(int64_t epoch, int64_t start_batch = 0) override;
@@ -72,6 +72,15 @@ class AutoDecodeLoader : public Loader {
   double copy_seconds() const override {
     return copy_before_ + active_->copy_seconds() + (standby_ ? standby_->copy_seconds() : 0);
   }
+
+  // the active path's counters, its kind the path this loader made it as (the factory it came from)
+  PipelineStats pipeline_stats() const override {
+    PipelineStats s = active_->pipeline_stats();
+    s.decode = on_gpu_ ? DecodeKind::gpu : DecodeKind::cpu;
+    return s;
+  }
+  bool deciding() const override { return !decided(); }
+  std::string decision() const override { return why_; }
 
   bool decided() const { return state_ == State::decided; }
   bool on_gpu() const { return on_gpu_; }
@@ -92,7 +101,8 @@ class AutoDecodeLoader : public Loader {
   Factory make_cpu_, make_gpu_;
   int workers_ = 1;
   AutoDecodeOptions opt_;
-  const AutoDecodeLoader* leader_ = nullptr;
+  const Loader* leader_ = nullptr;
+  bool leader_on_gpu() const;  // the leader has decided, for the GPU
   std::unique_ptr<Loader> active_;
   std::unique_ptr<Loader> standby_;  // during the GPU window: the CPU loader, in case it comes back
   bool on_gpu_ = false;

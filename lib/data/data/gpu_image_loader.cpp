@@ -113,6 +113,14 @@ GpuDecodeStats GpuImageLoader::stats() const {
   return s;
 }
 
+PipelineStats GpuImageLoader::pipeline_stats() const {
+  PipelineStats s;
+  s.decode = DecodeKind::gpu;
+  s.hardware = hardware();
+  s.gpu = stats();
+  return s;
+}
+
 bool GpuImageLoader::hardware() const { return decoder_->hardware(); }
 
 int64_t GpuImageLoader::batches_per_epoch() const { return current_.batches; }

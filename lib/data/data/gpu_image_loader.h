@@ -25,21 +25,6 @@
 
 namespace trainer {
 
-struct GpuDecodeStats {
-  int64_t gpu = 0, cpu_fallback = 0;  // samples decoded by nvJPEG, by the CPU decoder
-  int64_t bad = 0;                    // distinct files that failed to read or decode (bad_samples.h)
-  int64_t gpu_cropped = 0;            // of `gpu`: only their crop window decoded (data.crop_decode)
-  int64_t batches = 0;                // batches whose device time is in the two figures below
-  // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
-  // where the device is idle) to the end of the decode on the engines/SMs
-  double decode_ms = 0;
-  double augment_ms = 0;  // side-stream time of crop + resize + flip + jitter + normalise + erase
-  // the producer thread's time per stage (host): waiting for the batch's files, header parsing + nvJPEG submission
-  // (and the CPU fallbacks), crop/resize/normalise launches
-  int64_t host_batches = 0;
-  double host_read_wait_ms = 0, host_decode_ms = 0, host_augment_ms = 0;
-};
-
 // A producer thread prepares up to `opt.prefetch` batches ahead (its host work -- nvJPEG submission, the resize
 // launch -- stays off the training thread); `opt.workers` threads read files and decode fallbacks. Output as
 // ImageLoader's: normalised (B,3,S,S) of opt.dtype on the device, channels_last when asked.
@@ -57,6 +42,7 @@ class GpuImageLoader : public Loader {
   bool next(Batch& out) override;
   int64_t bad_samples() const override { return bad_.count(); }
   GpuDecodeStats stats() const;
+  PipelineStats pipeline_stats() const override;
   bool hardware() const;
   // The crop window of sample `index` in epoch `epoch` on a w x h image (what the CPU path uses too).
   Rect window(int64_t index, int64_t epoch, int w, int h, bool* flip) const;

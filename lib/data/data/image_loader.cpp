@@ -455,6 +455,13 @@ bool ImageLoader::next(Batch& out) {
   return true;
 }
 
+PipelineStats ImageLoader::pipeline_stats() const {
+  PipelineStats s;
+  s.decode = DecodeKind::cpu;
+  s.cpu = stage_totals();
+  return s;
+}
+
 StageTotals ImageLoader::stage_totals() const {
   StageTotals t;
   t.read_ns = read_ns_.load();

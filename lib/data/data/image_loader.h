@@ -54,12 +54,6 @@ struct ImageLoaderOptions {
   bool cache_decoded = false;   // cache decoded full images (no decode in later epochs) instead of the files
 };
 
-// Time spent per stage, summed over threads (nanoseconds), and counts.
-struct StageTotals {
-  int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
-  int64_t cut = 0;  // JPEG windows cut out of files with restart markers (jpeg_cut.h)
-};
-
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +
 // flip drawn from (seed, epoch, index) when training, the centre crop otherwise. Both image loaders use it.
 Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, int w, int h, bool* flip);
@@ -97,6 +91,7 @@ class ImageLoader : public Loader {
   int64_t bad_samples() const override { return bad_.count(); }  // distinct files that failed
   double copy_seconds() const override { return copy_ns_.load() * 1e-9; }
   StageTotals stage_totals() const;
+  PipelineStats pipeline_stats() const override;
   int64_t cached_bytes() const { return cache_bytes_.load(); }  // data.cache_gb: bytes held
 
  private:

@@ -3,6 +3,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace trainer {
@@ -11,6 +12,40 @@ struct Batch {
   torch::Tensor images;  // (B,C,H,W) normalised, in data.dtype (bfloat16 or float32); channels_last when requested
   torch::Tensor labels;  // (B,) int64
   std::vector<int64_t> indices;  // dataset indices of the batch (host); -1: a bad file left out (evaluation)
+};
+
+// What makes a loader's batches: nothing to decode (data held in memory), CPU decode threads, or nvJPEG.
+enum class DecodeKind { none, cpu, gpu };
+
+// The CPU image pipeline's time per stage, summed over threads (nanoseconds), and counts.
+struct StageTotals {
+  int64_t read_ns = 0, decode_ns = 0, resize_ns = 0, samples = 0, bad = 0;
+  int64_t cut = 0;  // JPEG windows cut out of files with restart markers (jpeg_cut.h)
+};
+
+// The GPU image pipeline's counts and times.
+struct GpuDecodeStats {
+  int64_t gpu = 0, cpu_fallback = 0;  // samples decoded by nvJPEG, by the CPU decoder
+  int64_t bad = 0;                    // distinct files that failed to read or decode (bad_samples.h)
+  int64_t gpu_cropped = 0;            // of `gpu`: only their crop window decoded (data.crop_decode)
+  int64_t batches = 0;                // batches whose device time is in the two figures below
+  // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
+  // where the device is idle) to the end of the decode on the engines/SMs
+  double decode_ms = 0;
+  double augment_ms = 0;  // side-stream time of crop + resize + flip + jitter + normalise + erase
+  // the producer thread's time per stage (host): waiting for the batch's files, header parsing + nvJPEG submission
+  // (and the CPU fallbacks), crop/resize/normalise launches
+  int64_t host_batches = 0;
+  double host_read_wait_ms = 0, host_decode_ms = 0, host_augment_ms = 0;
+};
+
+// The image pipeline making a loader's batches now and its counters so far: `cpu` for DecodeKind::cpu, `gpu` for
+// DecodeKind::gpu.
+struct PipelineStats {
+  DecodeKind decode = DecodeKind::none;
+  bool hardware = false;  // gpu: on the hardware JPEG engines
+  StageTotals cpu;
+  GpuDecodeStats gpu;
 };
 
 class Loader {
@@ -25,6 +60,10 @@ class Loader {
   // Device time of host-to-device copies so far (GPU events on the copy stream, read once complete); 0 when
   // the loader copies nothing (CPU, GPU-resident data).
   virtual double copy_seconds() const { return 0; }
+  virtual PipelineStats pipeline_stats() const { return {}; }
+  // data.decode auto: true while it is still trying both paths; then decision() says what it chose and why.
+  virtual bool deciding() const { return false; }
+  virtual std::string decision() const { return {}; }
 };
 
 }  // namespace trainer

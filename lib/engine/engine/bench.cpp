@@ -61,8 +61,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   };
   run_steps(cfg.bench.warmup_steps);
   // data.decode auto: the timed steps start once it has decided (its trial is not what the run is timed on)
-  const auto* automatic = pipeline ? dynamic_cast<const AutoDecodeLoader*>(&t.train_loader()) : nullptr;
-  while (automatic && !automatic->decided()) run_steps(1);
+  while (pipeline && t.train_loader().deciding()) run_steps(1);
   synchronize(ctx.device);
   reset_peak_memory(ctx.device);
   const auto t0 = std::chrono::steady_clock::now();
@@ -102,7 +101,12 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   if (fused.second > 0) j["fused_norm"] = str_cat(fused.first, " of ", fused.second, " batch-norm layers fused");
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
-  if (automatic) j["decode_auto"] = automatic->why();
+  if (pipeline) {
+    const PipelineStats ps = t.train_loader().pipeline_stats();
+    j["decode"] = ps.decode == DecodeKind::gpu ? (ps.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)")
+                  : ps.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
+    if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
+  }
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
   j["img_per_s_per_gpu"] = per_rank;
@@ -170,14 +174,9 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   for (int64_t i = 0; i < cfg.bench.warmup_steps; ++i) next();
   // data.decode auto: timed once decided (on the pipeline alone training takes nothing, so the GPU path is tried
   // and the faster pipeline kept); the stage figures below are the chosen loader's
-  auto* automatic = dynamic_cast<AutoDecodeLoader*>(owned.get());
-  while (automatic && !automatic->decided()) next();
-  Loader& chosen = automatic ? automatic->active() : loader;
-  auto* cpu_loader = dynamic_cast<ImageLoader*>(&chosen);
-  auto* gpu_loader = dynamic_cast<GpuImageLoader*>(&chosen);
-  auto totals = [&] { return cpu_loader ? cpu_loader->stage_totals() : StageTotals{}; };
+  while (loader.deciding()) next();
   synchronize(ctx.device);
-  const StageTotals s0 = totals();
+  const StageTotals s0 = loader.pipeline_stats().cpu;
   const auto t0 = std::chrono::steady_clock::now();
   int64_t images = 0;
   for (int64_t i = 0; i < cfg.bench.steps; ++i) {
@@ -186,7 +185,9 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   }
   synchronize(ctx.device);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const StageTotals s1 = totals();
+  const PipelineStats stats = loader.pipeline_stats();
+  const StageTotals& s1 = stats.cpu;
+  const bool gpu = stats.decode == DecodeKind::gpu;
   DataBenchResult r;
   r.workers = o.workers;
   r.img_per_s = images / sec;
@@ -211,10 +212,10 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
   j["restart_cut_fraction"] = r.cut_fraction;
   j["bad_samples"] = loader.bad_samples();
-  j["decode"] = gpu_loader ? (gpu_loader->hardware() ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
-  if (automatic) j["decode_auto"] = automatic->why();
-  if (gpu_loader) {
-    const GpuDecodeStats st = gpu_loader->stats();
+  j["decode"] = gpu ? (stats.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
+  if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
+  if (gpu) {
+    const GpuDecodeStats& st = stats.gpu;
     const double per = std::max<int64_t>(st.batches, 1);
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
                        {"nvjpeg_crop_window_only", st.gpu_cropped},
@@ -232,15 +233,14 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
               {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
-  if (gpu_loader)
+  if (gpu)
     log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG (%lld crop window "
                         "only), %lld by the CPU fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
-                        r.img_per_s, gpu_loader->hardware() ? "hardware engines" : "nvJPEG", r.workers,
-                        static_cast<long long>(gpu_loader->stats().gpu),
-                        static_cast<long long>(gpu_loader->stats().gpu_cropped),
-                        static_cast<long long>(gpu_loader->stats().cpu_fallback),
-                        gpu_loader->stats().decode_ms / std::max<int64_t>(gpu_loader->stats().batches, 1),
-                        gpu_loader->stats().augment_ms / std::max<int64_t>(gpu_loader->stats().batches, 1)));
+                        r.img_per_s, stats.hardware ? "hardware engines" : "nvJPEG", r.workers,
+                        static_cast<long long>(stats.gpu.gpu), static_cast<long long>(stats.gpu.gpu_cropped),
+                        static_cast<long long>(stats.gpu.cpu_fallback),
+                        stats.gpu.decode_ms / std::max<int64_t>(stats.gpu.batches, 1),
+                        stats.gpu.augment_ms / std::max<int64_t>(stats.gpu.batches, 1)));
   else
     log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
                         "resize+flip %.0f us | %.0f%% of windows cut out by restart markers",

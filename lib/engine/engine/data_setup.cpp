@@ -94,7 +94,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
 
 std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
                                           const std::string& decode, torch::Device device, std::string* why,
-                                          const AutoDecodeLoader* follow) {
+                                          const Loader* follow) {
   auto say = [&](const std::string& s) {
     if (why) *why = s;
   };
@@ -152,7 +152,7 @@ Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const Run
   std::string why;
   out.train = make_image_loader(std::move(train.samples), o, d.decode, dev, &why);
   if (!why.empty() && ctx.rank == 0) log::info(why);
-  if (cfg.train.cuda_graph && dynamic_cast<GpuImageLoader*>(out.train.get()) && ctx.rank == 0)
+  if (cfg.train.cuda_graph && out.train->pipeline_stats().decode == DecodeKind::gpu && ctx.rank == 0)
     log::warn("train.cuda_graph with data.decode gpu: measured slower than the eager step from the same loader "
               "(ResNet-50 on an H200: 88-89% of the captured step's synthetic throughput against 95% eager; "
               "bench/README.md); consider train.cuda_graph: false");
@@ -161,10 +161,7 @@ Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const Run
     limit(eval, d.eval_limit);
     const ImageLoaderOptions e = eval_options(o, d);
     // evaluation decodes where training does; with auto, where training's decision went (from then on)
-    const auto* automatic = dynamic_cast<const AutoDecodeLoader*>(out.train.get());
-    const bool gpu = dynamic_cast<GpuImageLoader*>(out.train.get()) != nullptr;
-    out.eval = make_image_loader(std::move(eval.samples), e, automatic ? "auto" : gpu ? "gpu" : "cpu", dev,
-                                     nullptr, automatic);
+    out.eval = make_image_loader(std::move(eval.samples), e, d.decode, dev, nullptr, out.train.get());
   }
   return out;
 }

@@ -35,10 +35,11 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
 // The image-file loader data.decode asks for: cpu (ImageLoader), gpu (GpuImageLoader) or auto (an
 // AutoDecodeLoader: CPU decode first, the GPU path tried while training if training waits for data, the faster end
 // to end kept and logged; the CPU path where there is no GPU or no nvJPEG). `why` (optional) gets the sentence
-// saying which was made. With auto, `follow` (evaluation) takes that loader's decision instead of making its own.
+// saying which was made. With auto, `follow` (evaluation) takes the decision of that (the training) loader instead of
+// making its own.
 std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, const ImageLoaderOptions& o,
                                           const std::string& decode, torch::Device device, std::string* why = nullptr,
-                                          const AutoDecodeLoader* follow = nullptr);
+                                          const Loader* follow = nullptr);
 // The samples of a split of a file-based source (image_folder, list, shards).
 ImageList image_split(const DataConfig& d, const std::string& split);
 
