@@ -132,6 +132,30 @@ TEST(Config, MissingFile) {
 TEST(Config, CrossFieldChecks) {
   expect_has(load_error("model:\n  in_chans: 3\ndata:\n  mean: [0.5]\n"), "'data.mean': expected 3 values");
   expect_has(load_error("data:\n  rrc_scale: [0.9, 0.1]\n"), "'data.rrc_scale'");
+  expect_has(load_error("model:\n  in_chans: 1\ndata:\n  source: image_folder\n  root: x\n"),
+             "'model.in_chans': image files decode to RGB");
+  expect_has(load_error("model:\n  in_chans: 3\ndata:\n  source: shards\n  root: x\n  train_crop: pad_crop\n"),
+             "'data.train_crop': image sources support rrc");
+  expect_has(load_error("model:\n  in_chans: 1\ndata:\n  mean: [0.5]\n  std: [0.5]\n  jitter: [0.4, 0.4, 0.4, 0.1]\n"),
+             "'data.jitter': colour jitter needs RGB images");
+}
+
+// The checks that need the run's device and ranks, in one place: each names its key.
+TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
+  auto error_for = [](const std::vector<std::string>& sets, bool cuda, int world) {
+    try {
+      validate_config_for_run(config_from_overrides(sets), cuda, world);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  expect_has(error_for({"data.dtype=bfloat16"}, false, 1), "'data.dtype': bfloat16 needs a CUDA device");
+  expect_has(error_for({"train.cuda_graph=true"}, false, 1), "'train.cuda_graph': needs a CUDA device");
+  expect_has(error_for({"train.cuda_graph=true"}, true, 2), "'train.cuda_graph': captures one GPU's step; not with 2");
+  expect_has(error_for({"data.decode=gpu"}, false, 1), "'data.decode': gpu needs run.device cuda");
+  EXPECT_EQ(error_for({"data.dtype=bfloat16", "train.cuda_graph=true", "data.decode=gpu"}, true, 1), "");
+  EXPECT_EQ(error_for({}, false, 4), "");
 }
 
 TEST(Config, SetOverridesFileAndValidates) {

@@ -291,6 +291,28 @@ TEST_F(Images, ResizeMatchesTorchvisionAntialiasedBilinear) {
   }
 }
 
+// data.interpolation bicubic (ViT's eval): PIL's cubic (a = -0.5) with the antialiased support, shrinking and
+// enlarging, against torchvision's uint8 bicubic resize.
+TEST_F(Images, ResizeMatchesTorchvisionAntialiasedBicubic) {
+  const auto src = bytes_of(fixture_path("resize_src.rgb"));
+  for (auto [w, h] : std::vector<std::pair<int, int>>{{224, 224}, {97, 61}, {480, 352}}) {
+    std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3), bilinear(out.size());
+    resize_rgb(src.data(), 300, 200, {0, 0, 300, 200}, out.data(), w, h, w * 3, false, Interpolation::bicubic);
+    resize_rgb(src.data(), 300, 200, {0, 0, 300, 200}, bilinear.data(), w, h, w * 3, false);
+    const auto ref = bytes_of(fixture_path("resize_bicubic_" + std::to_string(w) + "x" + std::to_string(h) + ".rgb"));
+    const auto [mean, mx] = diff(out.data(), ref.data(), ref.size());
+    const auto [mean_bilinear, mx_bilinear] = diff(bilinear.data(), ref.data(), ref.size());
+    std::printf("  %dx%d: bicubic vs torchvision mean %.3f max %d; bilinear vs it mean %.3f\n", w, h, mean, mx,
+                mean_bilinear);
+    // torchvision rounds its first pass to uint8; we keep floats (clamped to 0..255 as that rounding clamps)
+    EXPECT_LE(mx, 2) << w << "x" << h;
+    EXPECT_LT(mean, 0.3) << w << "x" << h;
+    EXPECT_GT(mean_bilinear, 2 * mean) << "the bicubic reference is not told apart from bilinear";
+  }
+  EXPECT_EQ(interpolation_from("bicubic"), Interpolation::bicubic);
+  EXPECT_THROW(interpolation_from("lanczos"), Error);
+}
+
 // The horizontal pass two pixels per AVX2 vector gives the very bytes of the four-lane pass: 3, 5 and 7 taps
 // (unrolled; 3 where the width grows while the height shrinks) and 9 to 300 (counted at run time), odd and even
 // output widths, one pixel wide, windows off the origin, with and without the flip, into a strided destination.
@@ -305,8 +327,9 @@ TEST_F(Images, ResizeInAvx2PairsGivesTheBytesOfTheFourLanePass) {
           if (w >= r.w && h >= r.h) continue;  // enlarging both ways goes through OpenCV, not these passes
           const int stride = w * 3 + 5;
           std::vector<uint8_t> a(static_cast<size_t>(stride) * h, 7), b(a);
-          resize_rgb(src.data(), 300, 200, r, a.data(), w, h, stride, flip, ResizeSimd::best);
-          resize_rgb(src.data(), 300, 200, r, b.data(), w, h, stride, flip, ResizeSimd::four_lanes);
+          resize_rgb(src.data(), 300, 200, r, a.data(), w, h, stride, flip, Interpolation::bilinear, ResizeSimd::best);
+          resize_rgb(src.data(), 300, 200, r, b.data(), w, h, stride, flip, Interpolation::bilinear,
+                     ResizeSimd::four_lanes);
           ASSERT_TRUE(a == b) << r.x << "," << r.y << " " << r.w << "x" << r.h << " -> " << w << "x" << h
                               << (flip ? " flipped" : "");
           ++compared;
@@ -724,11 +747,13 @@ TEST_F(Folder, Bfloat16BatchesAreTheFloat32BatchesRounded) {
 TEST_F(Folder, EvalIsCentreCropResize) {
   test::TempDir dir;
   auto list = scan_image_folder(make_folder(dir));
+  for (const Interpolation filter : {Interpolation::bilinear, Interpolation::bicubic}) {
   ImageLoaderOptions o = options(1);
   o.train = false;
   o.image_size = 64;
   o.crop_pct = 0.875;
   o.dct_scale = false;
+  o.eval_filter = filter;
   ImageLoader l({list.samples[0]}, o, torch::kCPU);
   Batch b;
   ASSERT_TRUE(l.next(b));
@@ -739,11 +764,12 @@ TEST_F(Folder, EvalIsCentreCropResize) {
   dec.decode(bytes.data(), bytes.size(), {}, full, "x");
   std::vector<uint8_t> ref(64 * 64 * 3);
   resize_rgb(full.pixels.data(), full.width, full.height, center_crop_window(full.width, full.height, 64, 0.875),
-             ref.data(), 64, 64, 64 * 3, false);
+             ref.data(), 64, 64, 64 * 3, false, filter);
   auto got = b.images.contiguous();
   const auto [mean, mx] = diff(got.data_ptr<uint8_t>(), ref.data(), ref.size());
   EXPECT_LT(mean, 0.3);
   EXPECT_LE(mx, 4);
+  }
 }
 
 // data.decode auto. The rules on figures: the CPU path stays when it waits under 2% and its threads could make

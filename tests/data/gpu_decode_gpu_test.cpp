@@ -347,6 +347,39 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   }
 }
 
+// data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
+// within the paths' tolerance, and closer than its bilinear resize does.
+TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = test::jpeg_folder(dir, 2, 3);
+  torch::Device dev(torch::kCUDA, 0);
+  ImageLoaderOptions o;
+  o.batch_size = 6;
+  o.image_size = 48;
+  o.workers = 2;
+  o.train = false;
+  o.dct_scale = false;
+  o.crop_decode = false;
+  o.channels_last = false;
+  o.eval_filter = Interpolation::bicubic;
+  ImageLoader cpu(list.samples, o, dev);
+  GpuImageLoader gpu(list.samples, o, dev);
+  o.eval_filter = Interpolation::bilinear;
+  GpuImageLoader bilinear(list.samples, o, dev);
+  Batch a, b, c;
+  ASSERT_TRUE(cpu.next(a));
+  ASSERT_TRUE(gpu.next(b));
+  ASSERT_TRUE(bilinear.next(c));
+  EXPECT_EQ(a.indices, b.indices);
+  const double d = (a.images - b.images).abs().mean().item<double>();
+  const double other = (a.images - c.images).abs().mean().item<double>();
+  std::printf("  CPU bicubic against GPU bicubic: mean |diff| %.4f, against GPU bilinear %.4f (normalised units)\n", d,
+              other);
+  EXPECT_LT(d, 0.08);  // the two decoders and the two resize implementations, as the bilinear comparison allows
+  EXPECT_LT(d, other) << "the GPU path's eval resize is not the bicubic one";
+}
+
 // Training: the producer goes on into the next epoch once an epoch is made. What it hands out after
 // set_epoch(e + 1) equals what a loader started at epoch e + 1 gives; a call after a partly taken epoch, or one
 // that resumes mid-epoch, starts over and gives the same. Prefetch deeper than an epoch: at most one epoch ahead.

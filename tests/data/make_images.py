@@ -49,7 +49,7 @@ def main():
     rgba.save(f"{out}/alpha.png")
     np.asarray(rgba.convert("RGB")).tofile(f"{out}/alpha.rgb")
     meta["alpha"] = {"w": 61, "h": 47}
-    # resize references: torchvision antialiased bilinear on uint8 (B,C,H,W)
+    # resize references: torchvision antialiased bilinear and bicubic on uint8 (B,C,H,W)
     src = photo_like(300, 200, 3)
     src.tofile(f"{out}/resize_src.rgb")
     meta["resize_src"] = {"w": 300, "h": 200}
@@ -57,6 +57,8 @@ def main():
     for (w, h) in [(224, 224), (97, 61), (480, 352)]:
         r = F.resize(t, [h, w], interpolation=F.InterpolationMode.BILINEAR, antialias=True)
         r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_{w}x{h}.rgb")
+        r = F.resize(t, [h, w], interpolation=F.InterpolationMode.BICUBIC, antialias=True)
+        r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_bicubic_{w}x{h}.rgb")
     # colour jitter references: torchvision's functional ops on float images, per-sample factors and orders
     g = torch.Generator().manual_seed(4)
     x = torch.rand(4, 3, 19, 23, generator=g)

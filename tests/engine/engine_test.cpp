@@ -16,12 +16,14 @@
 #include "data/image_loader.h"
 #include "data/jpeg_decoder.h"
 #include "data/jpeg_encoder.h"
+#include "data/image_ops.h"
 #include "engine/amp.h"
 #include "engine/bench.h"
 #include "engine/mix.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
 #include "engine/trainer.h"
+#include "models/registry.h"
 #include "models/safetensors.h"
 #include "models/weights.h"
 #include "test_support/test_support.h"
@@ -521,7 +523,8 @@ TEST(BenchData, WarmUpAndTimedBatchesRunOnAcrossEpochs) {
   Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.in_chans=3",
                                     "data.source=image_folder", "data.root=" + dir.file("set"),
                                     "data.train_split=train", "data.eval_split=", "data.image_size=32",
-                                    "data.batch_size=4", "data.workers=2", "bench.warmup_steps=5", "bench.steps=7"});
+                                    "data.train_crop=rrc", "data.batch_size=4", "data.workers=2",
+                                    "bench.warmup_steps=5", "bench.steps=7"});
   const DataBenchResult r = run_bench_data(c, RunContext{});  // 2 batches per epoch: 6 epochs in all
   EXPECT_GT(r.img_per_s, 0);
   EXPECT_GT(r.decode_us, 0);
@@ -552,7 +555,7 @@ TEST(BatchDtype, BfloatOnlyForBf16OnAGpuAndRefusedElsewhere) {
   c.data.dtype = "bfloat16";
   EXPECT_EQ(batch_dtype(c, gpu), torch::kBFloat16);
   try {
-    batch_dtype(c, cpu);
+    validate_config_for_run(c, /*cuda=*/false, 1);
     FAIL() << "bfloat16 batches accepted on the CPU";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'data.dtype'"), std::string::npos) << e.what();
@@ -569,6 +572,23 @@ TEST(BatchDtype, BfloatOnlyForBf16OnAGpuAndRefusedElsewhere) {
   c.data.dtype = "auto";
   EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{gpu}).dtype, torch::kBFloat16);
   EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{cpu}).dtype, torch::kFloat32);
+}
+
+// data.interpolation auto takes the model's data config (timm's: bicubic for ViT), a set value overrides it; it is
+// the evaluation's filter only.
+TEST(DataSetup, EvalInterpolationFollowsTheModelUnlessSet) {
+  Config c;
+  const DataDefaults vit = create_model(config_from_overrides({"model.name=vit_tiny_patch16_224"}).model, 224)
+                               ->data_defaults();
+  const DataDefaults resnet = create_model(c.model, 28)->data_defaults();
+  EXPECT_EQ(vit.interpolation, "bicubic");
+  EXPECT_EQ(image_loader_options(c, vit, RunContext{}).eval_filter, Interpolation::bicubic);
+  EXPECT_EQ(image_loader_options(c, resnet, RunContext{}).eval_filter, Interpolation::bilinear);
+  c.data.interpolation = "bilinear";
+  EXPECT_EQ(image_loader_options(c, vit, RunContext{}).eval_filter, Interpolation::bilinear);
+  c.data.interpolation = "bicubic";
+  EXPECT_EQ(image_loader_options(c, resnet, RunContext{}).eval_filter, Interpolation::bicubic);
+  EXPECT_THROW(config_from_overrides({"data.interpolation=nearest"}), ConfigError);
 }
 
 TEST(CudaGraphConfig, RefusedWithoutCudaOrWithAccumulation) {

@@ -132,6 +132,10 @@ Schema fields_of(Config& c) {
   s.add_list("data.rrc_scale", &c.data.rrc_scale, "rrc: range of the crop's area fraction", 2, closed(0, 1));
   s.add_list("data.rrc_ratio", &c.data.rrc_ratio, "rrc: range of the crop's aspect ratio", 2, above(0));
   s.add_float("data.crop_pct", &c.data.crop_pct, "eval centre-crop fraction, 0 = the model's default", closed(0, 1));
+  s.add_string("data.interpolation", &c.data.interpolation,
+               "image files: the eval resize's filter (antialiased, as torchvision's and PIL's); auto = the model's "
+               "(bicubic for ViT, as timm's data config; bilinear for ResNets); training resizes bilinear",
+               {"auto", "bilinear", "bicubic"});
   s.add_bool("data.dct_scale", &c.data.dct_scale,
              "JPEG, CPU decode: decode at 1/2, 1/4, 1/8 when the crop is shrunk anyway");
   s.add_bool("data.crop_decode", &c.data.crop_decode,
@@ -562,6 +566,29 @@ void validate_config(const Config& c, const std::string& origin) {
                                "): the model takes the batch in the dtype autocast would cast it to"));
   if (c.train.cuda_graph && c.train.accum_steps != 1)
     fail("train.cuda_graph", "a captured step is a whole optimizer step: expected train.accum_steps 1");
+  const bool image_files = c.data.source == "image_folder" || c.data.source == "list" || c.data.source == "shards";
+  if (image_files && c.model.in_chans != 3)
+    fail("model.in_chans", str_cat("image files decode to RGB: expected 3 with data.source ", c.data.source, ", got ",
+                                   c.model.in_chans));
+  if (image_files && c.data.train_crop != "rrc" && c.data.train_crop != "none")
+    fail("data.train_crop", str_cat("image sources support rrc (RandomResizedCrop) and none, not '", c.data.train_crop,
+                                    "'"));
+  if (!c.data.jitter.empty() && c.model.in_chans != 3)
+    fail("data.jitter", str_cat("colour jitter needs RGB images: expected model.in_chans 3, got ", c.model.in_chans));
+}
+
+void validate_config_for_run(const Config& c, bool cuda, int world_size) {
+  auto fail = [&](const std::string& key, const std::string& msg) {
+    throw ConfigError(str_cat("key '", key, "': ", msg));
+  };
+  if (c.data.dtype == "bfloat16" && !cuda)
+    fail("data.dtype", "bfloat16 needs a CUDA device with train.precision bf16 (on the CPU the model trains in "
+                       "float32)");
+  if (c.train.cuda_graph && !cuda) fail("train.cuda_graph", "needs a CUDA device (run.device)");
+  if (c.train.cuda_graph && world_size > 1)
+    fail("train.cuda_graph", str_cat("captures one GPU's step; not with ", world_size,
+                                     " ranks (data parallel all-reduces run eagerly)"));
+  if (c.data.decode == "gpu" && !cuda) fail("data.decode", "gpu needs run.device cuda");
 }
 
 Config config_from_overrides(const std::vector<std::string>& overrides) {

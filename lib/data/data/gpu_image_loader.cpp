@@ -477,8 +477,9 @@ torch::Tensor GpuImageLoader::crop_resize_normalize(const Decoded& d, int64_t ep
   const BatchAugmenter augmenter(opt_.augment, opt_.seed);
   const bool plain = !(opt_.train && augmenter.enabled());  // nothing between the resize and the normalisation
   const bool fused = plain && gpu_crop_resize_kernel_available();  // normalised and laid out by the resize kernel
-  torch::Tensor x = gpu_crop_resize(d.images, windows, flips, opt_.image_size, gpu_crop_resize_kernel_available(),
-                                    fused ? normalized_ : GpuResizeOutput{});
+  GpuResizeOutput how = fused ? normalized_ : GpuResizeOutput{};
+  how.filter = opt_.train ? Interpolation::bilinear : opt_.eval_filter;
+  torch::Tensor x = gpu_crop_resize(d.images, windows, flips, opt_.image_size, gpu_crop_resize_kernel_available(), how);
   if (!fused) {
     augmenter.augment_and_normalize_(x, d.index, epoch, opt_.train, mean255_, inv_std255_);
     x = batch_layout(x, opt_.dtype, opt_.channels_last);

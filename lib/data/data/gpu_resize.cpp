@@ -58,7 +58,7 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
   }
   const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
 #ifdef TRAINER_WITH_KERNELS
-  if (batched_kernel) {
+  if (batched_kernel && norm.filter == Interpolation::bilinear) {
     torch::Tensor x = torch::empty({B, 3, size, size},
                                    torch::TensorOptions().dtype(norm.dtype).device(device).memory_format(format));
     TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
@@ -101,7 +101,9 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
     const torch::Tensor& t = images[static_cast<size_t>(i)];
     const Rect& r = windows[static_cast<size_t>(i)];
     torch::Tensor c = t.narrow(0, r.y, r.h).narrow(1, r.x, r.w).permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
-    torch::Tensor y = at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
+    torch::Tensor y = norm.filter == Interpolation::bicubic
+                          ? at::_upsample_bicubic2d_aa(c, {size, size}, /*align_corners=*/false).clamp_(0, 255)
+                          : at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
     if (flips[static_cast<size_t>(i)]) y = y.flip({3});
     x[i].copy_(y[0]);
   }

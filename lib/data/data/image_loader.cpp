@@ -283,6 +283,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   const ImageSample& s = samples_[static_cast<size_t>(index)];
   const int S = static_cast<int>(opt_.image_size);
   auto draw_window = [&](int w, int h, bool* flip) { return sample_window(opt_, index, epoch, w, h, flip); };
+  const Interpolation filter = opt_.train ? Interpolation::bilinear : opt_.eval_filter;
   auto t0 = Clock::now();
   const CacheEntry* hit = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
   const std::string name = s.name();
@@ -309,7 +310,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     t0 = Clock::now();
     bool flip = false;
     const Rect win = draw_window(src->width, src->height, &flip);
-    resize_rgb(src->pixels.data(), src->width, src->height, win, dst, S, S, S * 3, flip);
+    resize_rgb(src->pixels.data(), src->width, src->height, win, dst, S, S, S * 3, flip, filter);
     resize_ns_.fetch_add(ns_since(t0));
     return;
   }
@@ -362,7 +363,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   decode_ns_.fetch_add(ns_since(t0));
 
   t0 = Clock::now();
-  resize_rgb(img.pixels.data(), img.width, img.height, region, dst, S, S, S * 3, flip);
+  resize_rgb(img.pixels.data(), img.width, img.height, region, dst, S, S, S * 3, flip, filter);
   resize_ns_.fetch_add(ns_since(t0));
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/image_folder.h"
+#include "data/image_ops.h"
 #include "data/augment.h"
 #include "data/bad_samples.h"
 #include "data/loader.h"
@@ -37,6 +38,7 @@ struct ImageLoaderOptions {
   bool drop_last = true;        // train only
   int64_t image_size = 224;     // output side
   double crop_pct = 0.875;      // eval centre crop
+  Interpolation eval_filter = Interpolation::bilinear;  // the eval resize's (training resizes bilinear)
   std::vector<double> rrc_scale = {0.08, 1.0};
   std::vector<double> rrc_ratio = {3.0 / 4.0, 4.0 / 3.0};
   double hflip = 0.5;

@@ -57,18 +57,28 @@ Rect center_crop_window(int width, int height, int size, double crop_pct) {
 
 namespace {
 
-// Filter taps for one axis, as PIL's precompute_coeffs with the bilinear (triangle) filter.
+// PIL's filters: the triangle, and Keys' cubic convolution with a = -0.5.
+double filter_weight(Interpolation f, double x) {
+  x = std::fabs(x);
+  if (f == Interpolation::bilinear) return std::max(0.0, 1.0 - x);
+  constexpr double a = -0.5;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
+// Filter taps for one axis, as PIL's precompute_coeffs.
 struct Taps {
   std::vector<int> start, count;  // per output pixel: first source index and number of taps
   std::vector<float> weights;     // count_max per output pixel
   int max_taps = 0;
 };
 
-Taps make_taps(int in_offset, int in_size, int out_size, int in_total) {
+Taps make_taps(int in_offset, int in_size, int out_size, int in_total, Interpolation filter) {
   Taps t;
   const double scale = static_cast<double>(in_size) / out_size;
   const double fscale = std::max(scale, 1.0);  // widen the support when shrinking (antialias)
-  const double support = 1.0 * fscale;
+  const double support = (filter == Interpolation::bicubic ? 2.0 : 1.0) * fscale;
   t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   t.start.resize(out_size);
   t.count.resize(out_size);
@@ -83,7 +93,7 @@ Taps make_taps(int in_offset, int in_size, int out_size, int in_total) {
     int n = 0;
     for (int x = xmin; x < xmax && n < t.max_taps; ++x, ++n) {
       const double arg = (x - center + 0.5) / fscale;
-      const double v = std::max(0.0, 1.0 - std::fabs(arg));
+      const double v = filter_weight(filter, arg);
       w[n] = static_cast<float>(v);
       total += v;
     }
@@ -206,10 +216,11 @@ bool cpu_has_avx2() {
 __attribute__((target_clones("avx2", "default")))
 #endif
 void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
-                bool flip, ResizeSimd simd) {
-  // Enlarging both ways: antialiasing changes nothing and OpenCV's SIMD bilinear (half-pixel centres, as
-  // torchvision) does it; the flip is a second cheap pass.
-  if (r.w <= dst_w && r.h <= dst_h) {
+                bool flip, Interpolation filter, ResizeSimd simd) {
+  // Enlarging both ways, bilinear: antialiasing changes nothing and OpenCV's SIMD bilinear (half-pixel centres, as
+  // torchvision) does it; the flip is a second cheap pass. (OpenCV's cubic has a = -0.75, not PIL's -0.5.)
+  const bool bicubic = filter == Interpolation::bicubic;
+  if (!bicubic && r.w <= dst_w && r.h <= dst_h) {
     const cv::Mat in(r.h, r.w, CV_8UC3, const_cast<uint8_t*>(src + (static_cast<size_t>(r.y) * src_w + r.x) * 3),
                      static_cast<size_t>(src_w) * 3);
     cv::Mat out(dst_h, dst_w, CV_8UC3, dst, static_cast<size_t>(dst_stride));
@@ -220,8 +231,8 @@ void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, 
   // Shrinking: the antialiased triangle filter, vertical pass first (contiguous rows: vectorises), then the
   // horizontal pass on the already-short image with weights pre-aligned to a fixed tap count (no branches; a
   // compile-time count for the common small ones, so the dot products unroll).
-  const Taps tx = make_taps(0, r.w, dst_w, r.w);
-  const Taps ty = make_taps(0, r.h, dst_h, r.h);
+  const Taps tx = make_taps(0, r.w, dst_w, r.w, filter);
+  const Taps ty = make_taps(0, r.h, dst_h, r.h, filter);
   const int row_len = r.w * 3;
   thread_local std::vector<float> tmp;  // (dst_h, r.w*3)
   tmp.resize(static_cast<size_t>(dst_h) * row_len + 4);  // + the 4th lane of the last pixel's load
@@ -238,6 +249,9 @@ void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, 
       const float wk = w[k];
       for (int i = 0; i < row_len; ++i) out[i] += wk * static_cast<float>(in[i]);
     }
+    // the cubic's negative lobes overshoot: back into the range, as PIL's uint8 intermediate is
+    if (bicubic)
+      for (int i = 0; i < row_len; ++i) out[i] = std::min(255.f, std::max(0.f, out[i]));
   }
   const int T = std::min(tx.max_taps, r.w);
   thread_local std::vector<float> wa;  // (dst_w, T) weights aligned to each output's first read
@@ -296,6 +310,12 @@ void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, 
       horizontal_pass<0>(tmp.data(), row_len, wa.data(), s0.data(), dst, dst_w, dst_h, dst_stride, flip, T);
   }
   (void)src_h;
+}
+
+Interpolation interpolation_from(const std::string& name) {
+  if (name == "bilinear") return Interpolation::bilinear;
+  if (name == "bicubic") return Interpolation::bicubic;
+  TRAINER_FAIL("interpolation '", name, "': expected bilinear or bicubic");
 }
 
 ImageFormat sniff_format(const uint8_t* d, size_t n) {

@@ -23,11 +23,16 @@ Rect center_crop_window(int width, int height, int size, double crop_pct);
 // or four lanes (SSE, one pixel at a time). Both give the same bytes; the choice exists for tests and A/B runs.
 enum class ResizeSimd { best, four_lanes };
 
-// Antialiased bilinear resize of RGB uint8 (torchvision/PIL's triangle filter, support widened by the scale
-// when shrinking), src region `r` of a (src_w x src_h) image -> (dst_w x dst_h), written row-major with
-// dst_stride bytes per row. flip mirrors horizontally on the way.
+// The resize filter: bilinear (triangle, support 1) or bicubic (Keys' cubic with a = -0.5, support 2), as PIL and
+// torchvision's antialiased resize define them.
+enum class Interpolation { bilinear, bicubic };
+Interpolation interpolation_from(const std::string& name);  // "bilinear" | "bicubic"; throws Error otherwise
+
+// Antialiased resize of RGB uint8 (torchvision/PIL's filters, support widened by the scale when shrinking), src
+// region `r` of a (src_w x src_h) image -> (dst_w x dst_h), written row-major with dst_stride bytes per row. flip
+// mirrors horizontally on the way.
 void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
-                bool flip, ResizeSimd simd = ResizeSimd::best);
+                bool flip, Interpolation filter = Interpolation::bilinear, ResizeSimd simd = ResizeSimd::best);
 
 enum class ImageFormat { jpeg, png, unknown };
 ImageFormat sniff_format(const uint8_t* data, size_t size);

@@ -83,11 +83,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   // as allocated afterwards: report the reserved memory there (an upper bound), the allocated peak otherwise.
   const GpuMemory mem = gpu_memory(ctx.device);
   r.peak_mem_gib = cfg.train.cuda_graph ? mem.reserved_gib : mem.peak_gib;
-  const EnvInfo env = query_env();
-  const std::string gpu = ctx.device.is_cuda() && !env.gpus.empty() ? env.gpus[ctx.device.index()].name : "cpu";
-  const double flops = 3.0 * t.model()->flops_per_image();  // forward + backward (2x)
-  const double peak = peak_flops(gpu, t.precision() != Precision::fp32);
-  r.mfu = peak > 0 ? per_rank * flops / peak : 0;
+  const FlopsBudget flops = flops_budget(t.model()->flops_per_image(), ctx.device, t.precision() != Precision::fp32);
+  r.mfu = flops.mfu(per_rank);
 
   nlohmann::json j;
   j["tool"] = "trainer";
@@ -118,10 +115,11 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["peak_mem_gib"] = r.peak_mem_gib;
   j["peak_mem_kind"] = cfg.train.cuda_graph ? "reserved (the CUDA graph's pool)" : "allocated";
   j["cuda_graph"] = cfg.train.cuda_graph;
-  j["train_flops_per_image"] = flops;
+  j["train_flops_per_image"] = flops.train_flops_per_image;
   j["mfu"] = r.mfu;
   j["final_loss"] = loss;
-  j["env"] = {{"gpu", gpu},
+  const EnvInfo env = query_env();
+  j["env"] = {{"gpu", flops.gpu},
               {"cuda_driver", env.cuda_driver},
               {"cuda_runtime", env.cuda_runtime},
               {"cudnn", env.cudnn},
@@ -149,6 +147,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
 }
 
 DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
+  validate_config_for_run(cfg, ctx.device.is_cuda(), ctx.world_size);
   const DataConfig& d = cfg.data;
   TRAINER_CHECK(d.source == "image_folder" || d.source == "list" || d.source == "shards",
                 "bench-data measures the image-file pipeline: set data.source to image_folder, list or shards");

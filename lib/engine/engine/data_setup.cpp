@@ -63,15 +63,8 @@ template <class Options> Options eval_options(Options o, const DataConfig& d) {
 torch::ScalarType batch_dtype(const Config& cfg, torch::Device device) {
   const std::string& d = cfg.data.dtype;
   if (d == "float32") return torch::kFloat32;
-  const bool bf16_on_gpu = device.is_cuda() && cfg.train.precision == "bf16";
-  if (d == "bfloat16") {
-    if (!bf16_on_gpu)
-      throw ConfigError(str_cat("key 'data.dtype': bfloat16 needs a CUDA device with train.precision bf16 (on ",
-                                device.str(), " the model trains in float32)"));
-    return torch::kBFloat16;
-  }
-  if (d != "auto") throw ConfigError(str_cat("key 'data.dtype': expected auto, float32 or bfloat16, got '", d, "'"));
-  return bf16_on_gpu ? torch::kBFloat16 : torch::kFloat32;
+  if (d == "bfloat16") return torch::kBFloat16;  // validate_config_for_run: only with bf16 on a GPU
+  return device.is_cuda() && cfg.train.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32;
 }
 
 ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
@@ -79,6 +72,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   ImageLoaderOptions o;
   set_batch_options(o, cfg, defaults, ctx);
   o.crop_pct = d.crop_pct > 0 ? d.crop_pct : defaults.crop_pct;
+  o.eval_filter = interpolation_from(d.interpolation == "auto" ? defaults.interpolation : d.interpolation);
   o.rrc_scale = d.rrc_scale;
   o.rrc_ratio = d.rrc_ratio;
   // default: the machine's cores less two, shared by the ranks on it
@@ -134,10 +128,6 @@ namespace {
 Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
   const DataConfig& d = cfg.data;
   Loaders out;
-  TRAINER_CHECK(cfg.model.in_chans == 3, "image files decode to RGB: model.in_chans must be 3, not ",
-                cfg.model.in_chans);
-  TRAINER_CHECK(d.train_crop == "rrc" || d.train_crop == "none", "key 'data.train_crop': image sources support rrc ",
-                "(RandomResizedCrop) and none, not '", d.train_crop, "'");
   ImageList train = image_split(d, d.train_split);
   auto limit = [](ImageList& l, int64_t n) {
     if (n > 0 && n < static_cast<int64_t>(l.samples.size())) l.samples.resize(static_cast<size_t>(n));
@@ -212,8 +202,6 @@ Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const Run
   set_batch_options(o, cfg, defaults, ctx);
   o.crop = d.train_crop;
   o.crop_pad = d.crop_pad;
-  TRAINER_CHECK(d.jitter.empty() || cfg.model.in_chans == 3, "key 'data.jitter': colour jitter needs RGB images, ",
-                "model.in_chans is ", cfg.model.in_chans);
   const torch::Device data_device = d.on_gpu ? ctx.device : torch::Device(torch::kCPU);
   out.train = std::make_unique<MemoryLoader>(std::move(train), o, data_device);
   if (have_eval) {

@@ -1,5 +1,6 @@
 #include "engine/run_dir.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "core/check.h"
@@ -92,6 +93,20 @@ RunDir::~RunDir() {
 }
 
 std::string RunDir::file(const std::string& name) const { return fs::join_path(path_, name); }
+
+MetricsRow::MetricsRow(const std::string& kind, int64_t step, int64_t epoch)
+    : text_(strprintf(R"({"kind":"%s","step":%lld,"epoch":%lld)", kind.c_str(), static_cast<long long>(step),
+                      static_cast<long long>(epoch))) {}
+
+MetricsRow& MetricsRow::add(const std::string& key, double value) {
+  text_ += std::isfinite(value) ? strprintf(R"(,"%s":%.9g)", key.c_str(), value) : strprintf(R"(,"%s":null)", key.c_str());
+  return *this;
+}
+
+MetricsRow& MetricsRow::add_integer(const std::string& key, long long value) {
+  text_ += strprintf(R"(,"%s":%lld)", key.c_str(), value);
+  return *this;
+}
 
 void RunDir::append_metrics(const std::string& line) {
   if (!writer_) return;

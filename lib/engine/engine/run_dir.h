@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,23 @@
 namespace trainer {
 
 class EventWriter;
+
+// One metrics.jsonl record, built key by key in this order: {"kind":..,"step":..,"epoch":..,<added keys>}.
+// Numbers keep 9 significant digits; a non-finite one (a diverged loss) is written as null, so every line parses.
+class MetricsRow {
+ public:
+  MetricsRow(const std::string& kind, int64_t step, int64_t epoch);
+  MetricsRow& add(const std::string& key, double value);
+  template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+  MetricsRow& add(const std::string& key, T value) {
+    return add_integer(key, static_cast<long long>(value));
+  }
+  std::string line() const { return text_ + "}"; }
+
+ private:
+  MetricsRow& add_integer(const std::string& key, long long value);
+  std::string text_;
+};
 
 class RunDir {
  public:

@@ -48,6 +48,7 @@ int64_t steps_in_epoch(int64_t batches, int64_t accum_steps) {
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg), ctx_(ctx) {
+  validate_config_for_run(cfg, ctx_.device.is_cuda(), ctx_.world_size);
   precision_ = parse_precision(cfg.train.precision);
   if (!ctx_.device.is_cuda() && precision_ == Precision::fp16) {
     log::warn("fp16 autocast needs CUDA; training in fp32 on the CPU");
@@ -113,12 +114,6 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   auto f = torch::TensorOptions().dtype(torch::kFloat32).device(ctx_.device);
   if (ctx_.device.is_cuda()) lr_device_ = torch::zeros({}, f);
   mixer_ = std::make_unique<BatchMixer>(cfg.train, cfg.run.seed);
-  if (cfg.train.cuda_graph) {
-    if (!ctx_.device.is_cuda()) throw ConfigError("key 'train.cuda_graph': needs a CUDA device (run.device)");
-    if (ctx_.dist)
-      throw ConfigError(str_cat("key 'train.cuda_graph': captures one GPU's step; not with ", ctx_.world_size,
-                                " ranks (data parallel all-reduces run eagerly)"));
-  }
   loss_sum_ = torch::zeros({}, f);
   loss_count_ = torch::zeros({}, f);
   skipped_ = torch::zeros({}, f);
@@ -555,7 +550,7 @@ double Trainer::report_interval(const IntervalReport& r) {
   const double per_step = 1e3 / std::max<int64_t>(r.micro_steps, 1);
   const GpuMemory mem = gpu_memory(ctx_.device);
   const double scale = scaler_->enabled() ? scaler_->scale_tensor().item<double>() : 0.0;
-  const double mfu = r.peak_flops > 0 ? rate * r.flops_per_image / r.peak_flops : 0.0;
+  const double mfu = r.flops ? r.flops->mfu(rate) : 0.0;
   std::string line = strprintf("epoch %lld/%lld step %lld loss %.4f lr %.4g | %.0f img/s",
                                static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs),
                                static_cast<long long>(step_), r.loss, lr_, rate * ctx_.world_size);
@@ -568,13 +563,21 @@ double Trainer::report_interval(const IntervalReport& r) {
   if (scale > 0) line += strprintf(" | scale %.0f", scale);
   if (mfu > 0) line += strprintf(" | MFU %.1f%%", 100 * mfu);
   log::info(line);
-  run_dir_->append_metrics(strprintf(
-      R"({"kind":"train","step":%lld,"epoch":%lld,"loss":%.6f,"lr":%.6g,"img_per_s":%.1f,"img_per_s_per_rank":%.1f,)"
-      R"("step_ms":%.3f,"data_wait_ms":%.3f,"copy_ms":%.3f,"compute_ms":%.3f,"mem_allocated_gib":%.3f,)"
-      R"("mem_reserved_gib":%.3f,"mem_peak_gib":%.3f,"grad_scale":%.1f,"mfu":%.4f})",
-      static_cast<long long>(step_), static_cast<long long>(r.epoch), r.loss, lr_, rate * ctx_.world_size, rate,
-      r.seconds * per_step, per_step * r.wait_s, per_step * r.copy_s, per_step * r.compute_s, mem.allocated_gib,
-      mem.reserved_gib, mem.peak_gib, scale, mfu));
+  run_dir_->append_metrics(MetricsRow("train", step_, r.epoch)
+                               .add("loss", r.loss)
+                               .add("lr", lr_)
+                               .add("img_per_s", rate * ctx_.world_size)
+                               .add("img_per_s_per_rank", rate)
+                               .add("step_ms", r.seconds * per_step)
+                               .add("data_wait_ms", per_step * r.wait_s)
+                               .add("copy_ms", per_step * r.copy_s)
+                               .add("compute_ms", per_step * r.compute_s)
+                               .add("mem_allocated_gib", mem.allocated_gib)
+                               .add("mem_reserved_gib", mem.reserved_gib)
+                               .add("mem_peak_gib", mem.peak_gib)
+                               .add("grad_scale", scale)
+                               .add("mfu", mfu)
+                               .line());
   std::vector<std::pair<std::string, double>> tb = {
       {"train/loss", r.loss}, {"train/lr", lr_}, {"perf/img_per_s", rate * ctx_.world_size},
       {"perf/data_wait_ms", per_step * r.wait_s}, {"perf/compute_ms", per_step * r.compute_s}};
@@ -601,19 +604,23 @@ std::string Trainer::evaluate_and_record(int64_t epoch, bool done, int64_t batch
     log::warn("evaluation left out ", res.eval.bad_samples, " unreadable file(s) (see the warnings above); its ",
               "figures are over the other ", res.eval.samples);
   }
-  run_dir_->append_metrics(strprintf(
-      R"({"kind":"eval","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld,)"
-      R"("bad_samples":%lld})",
-      static_cast<long long>(step_), static_cast<long long>(epoch), res.eval.loss, res.eval.top1, res.eval.top5,
-      static_cast<long long>(res.eval.samples), static_cast<long long>(res.eval.bad_samples)));
+  run_dir_->append_metrics(MetricsRow("eval", step_, epoch)
+                               .add("loss", res.eval.loss)
+                               .add("top1", res.eval.top1)
+                               .add("top5", res.eval.top5)
+                               .add("samples", res.eval.samples)
+                               .add("bad_samples", res.eval.bad_samples)
+                               .line());
   run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
   if (!ema_.empty()) {
     const EvalResult e = evaluate_ema();
     eval_text += strprintf(" | EMA top1 %.2f%%", e.top1);
-    run_dir_->append_metrics(strprintf(
-        R"({"kind":"eval_ema","step":%lld,"epoch":%lld,"loss":%.6f,"top1":%.4f,"top5":%.4f,"samples":%lld})",
-        static_cast<long long>(step_), static_cast<long long>(epoch), e.loss, e.top1, e.top5,
-        static_cast<long long>(e.samples)));
+    run_dir_->append_metrics(MetricsRow("eval_ema", step_, epoch)
+                                 .add("loss", e.loss)
+                                 .add("top1", e.top1)
+                                 .add("top5", e.top5)
+                                 .add("samples", e.samples)
+                                 .line());
     run_dir_->scalars(step_, {{"eval_ema/loss", e.loss}, {"eval_ema/top1", e.top1}});
   }
   if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);
@@ -629,13 +636,17 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
   log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s", static_cast<long long>(epoch + 1),
                       et.wall_s, img_per_s, wait_pct, eval_text.c_str(),
                       ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
-  run_dir_->append_metrics(strprintf(
-      R"({"kind":"epoch","step":%lld,"epoch":%lld,"seconds":%.3f,"img_per_s":%.1f,"data_wait_pct":%.2f,)"
-      R"("compute_s":%.3f,"copy_s":%.3f,"gpu_idle_steps":%lld,"steps":%lld,"micro_batches":%lld,"bad_samples":%lld})",
-      static_cast<long long>(step_), static_cast<long long>(epoch), et.wall_s, img_per_s, wait_pct, compute_s, et.copy_s,
-      static_cast<long long>(std::max<int64_t>(et.drained_steps, 0)), static_cast<long long>(steps),
-      static_cast<long long>(et.steps),
-      static_cast<long long>(train_loader_->bad_samples())));
+  run_dir_->append_metrics(MetricsRow("epoch", step_, epoch)
+                               .add("seconds", et.wall_s)
+                               .add("img_per_s", img_per_s)
+                               .add("data_wait_pct", wait_pct)
+                               .add("compute_s", compute_s)
+                               .add("copy_s", et.copy_s)
+                               .add("gpu_idle_steps", std::max<int64_t>(et.drained_steps, 0))
+                               .add("steps", steps)
+                               .add("micro_batches", et.steps)
+                               .add("bad_samples", train_loader_->bad_samples())
+                               .line());
   run_dir_->scalars(step_, {{"epoch/img_per_s", img_per_s}, {"epoch/data_wait_pct", wait_pct}});
   for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
   if (train_loader_->bad_samples() > 0)
@@ -687,11 +698,7 @@ FitResult Trainer::fit_epochs() {
 
   // ---- what the run reports: GPU-event step timing, MFU, progress bar, profiler ----
   StepTimer timer(ctx_.device);
-  const EnvInfo env = query_env();
-  const std::string gpu_name =
-      ctx_.device.is_cuda() && static_cast<size_t>(ctx_.device.index()) < env.gpus.size() ? env.gpus[ctx_.device.index()].name : "";
-  const double peak = peak_flops(gpu_name, precision_ != Precision::fp32);
-  const double train_flops = 3.0 * model_->flops_per_image();  // forward + backward (2x)
+  const FlopsBudget flops = flops_budget(model_->flops_per_image(), ctx_.device, precision_ != Precision::fp32);
   const bool show_bar = ctx_.writer() && cfg_.run.progress != "never";
   ProgressBar bar(stderr, show_bar && cfg_.run.progress == "always");
   if (!show_bar) bar.done();
@@ -781,8 +788,7 @@ FitResult Trainer::fit_epochs() {
         r.wait_s = wait_since;
         r.copy_s = copy_s;
         r.compute_s = compute_s;
-        r.flops_per_image = train_flops;
-        r.peak_flops = peak;
+        r.flops = &flops;
         const double rate = report_interval(r);
         ps.img_per_s = rate * ctx_.world_size;
         ps.loss = loss;

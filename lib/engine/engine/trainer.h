@@ -15,6 +15,7 @@
 #include "data/loader.h"
 #include "engine/amp.h"
 #include "engine/data_setup.h"
+#include "engine/flops_budget.h"
 #include "engine/run_context.h"
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
@@ -81,7 +82,7 @@ class Trainer {
   struct IntervalReport {  // one log interval of fit()
     int64_t epoch = 0, images = 0, micro_steps = 0;
     double loss = 0, seconds = 0, wait_s = 0, copy_s = 0, compute_s = 0;  // host wait, copy and GPU time
-    double flops_per_image = 0, peak_flops = 0;                             // for MFU (0: unknown)
+    const FlopsBudget* flops = nullptr;                                     // for MFU
   };
   FitResult fit_epochs();  // fit() less its last word on a fatal error
   double report_interval(const IntervalReport& r);  // log line, metrics, scalars; returns this rank's img/s
