@@ -103,8 +103,11 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
     reducer_ = std::make_unique<GradReducer>(*ctx_.dist, model_->parameters(), ro);
   }
   scaler_ = std::make_unique<GradScaler>(ctx_.device, precision_ == Precision::fp16);
-  const int64_t batches = train_loader_ ? train_loader_->batches_per_epoch() : 1000;
-  const int64_t steps_per_epoch = steps_in_epoch(batches, cfg.train.accum_steps);
+  // optimizer steps an epoch, once; without a loader (bench on a resident batch, export) a nominal 1,000 batches
+  // give the schedule its shape
+  steps_per_epoch_ = train_loader_ ? steps_in_epoch(train_loader_->batches_per_epoch(), cfg.train.accum_steps) : 0;
+  const int64_t steps_per_epoch =
+      steps_per_epoch_ > 0 ? steps_per_epoch_ : steps_in_epoch(1000, cfg.train.accum_steps);
   const int64_t global_batch = cfg.data.batch_size * ctx_.world_size * cfg.train.accum_steps;
   const double peak_lr = scaled_lr(cfg.optim, global_batch);
   if (cfg.optim.lr_base_batch > 0 && ctx_.rank == 0)
@@ -440,7 +443,7 @@ void Trainer::restore_state(const CheckpointState& s) {
       log::warn("resuming ", saved_world, " ranks' checkpoint on ", ctx_.world_size, " ranks: the epoch position ",
                 s.batch, " x ", saved_world, " is not a whole number of batches; ",
                 "some samples are trained again");
-    const int64_t spe = steps_in_epoch(train_loader_ ? train_loader_->batches_per_epoch() : 1, cfg_.train.accum_steps);
+    const int64_t spe = std::max<int64_t>(steps_per_epoch_, 1);
     step_ = s.epoch * spe + start_batch_ / cfg_.train.accum_steps;
     log::info("checkpoint written by ", saved_world, " rank(s), resumed on ", ctx_.world_size, ": epoch ",
               s.epoch + 1, " continues at batch ", start_batch_, ", step ", step_);
@@ -690,7 +693,7 @@ FitResult Trainer::fit_epochs() {
   if (start != RunDir::Start::fresh) run_dir_->supersede_after(step_);
   install_stop_handlers();
   const int64_t epochs = cfg_.train.epochs;
-  const int64_t steps_per_epoch = steps_in_epoch(train_loader_->batches_per_epoch(), cfg_.train.accum_steps);
+  const int64_t steps_per_epoch = steps_per_epoch_;
   log::info("run folder ", run_dir_->path(), " | model ", cfg_.model.name, " (", model_->parameter_count() / 1e6,
             "M params) on ", ctx_.device.str(), ", ", precision_name(precision_), " | ",
             train_loader_->samples_per_epoch(), " samples/epoch, ", steps_per_epoch, " steps/epoch x ", epochs,

@@ -118,6 +118,7 @@ class Trainer {
   int64_t start_epoch_ = 0;      // where fit() begins (set by resume)
   int64_t start_batch_ = 0;
   int64_t step_ = 0;             // optimizer steps taken
+  int64_t steps_per_epoch_ = 0;  // optimizer steps in an epoch of the training loader (0: no loader)
   int64_t start_step_ = 0;       // step_ when this process started (after a resume)
   int64_t micro_ = 0;            // micro-batches since the last optimizer step
   int64_t group_ = 1;            // micro-batches of the current accumulation (accum_steps, fewer at an epoch's end)
