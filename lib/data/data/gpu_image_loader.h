@@ -69,7 +69,6 @@ class GpuImageLoader : public Loader {
   Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices);  // 2. nvJPEG + CPU fallback
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
   torch::Tensor crop_resize_normalize(const Decoded& d, int64_t epoch);         // 4. the batch tensor
-  torch::Tensor decode_on_cpu(int64_t index, const std::vector<uint8_t>& bytes);  // a sample's image, uploaded
   void collect_times();  // under mu_: adds the passed batches' device times to stats_
 
   std::vector<ImageSample> samples_;

@@ -15,7 +15,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>

@@ -32,6 +32,12 @@ std::string fnv1a_hex(const std::string& text) {
 }
 
 
+// The JSON's words for the path that made the batches.
+static std::string decode_name(const PipelineStats& s) {
+  if (s.decode == DecodeKind::gpu) return s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
+  return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
+}
+
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   const bool pipeline = cfg.bench.data == "pipeline";
   Trainer t(cfg, ctx, /*with_data=*/pipeline);
@@ -100,8 +106,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["steps"] = cfg.bench.steps;
   if (pipeline) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
-    j["decode"] = ps.decode == DecodeKind::gpu ? (ps.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)")
-                  : ps.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
+    j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
   }
   j["img_per_s"] = r.img_per_s;
@@ -211,7 +216,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["per_image_cpu_us"] = {{"read", r.read_us}, {"decode", r.decode_us}, {"resize_flip", r.resize_us}};
   j["restart_cut_fraction"] = r.cut_fraction;
   j["bad_samples"] = loader.bad_samples();
-  j["decode"] = gpu ? (stats.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)") : "cpu";
+  j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
   if (gpu) {
     const GpuDecodeStats& st = stats.gpu;
