@@ -1,17 +1,30 @@
 #!/usr/bin/env python3
-"""Makes the fixtures of the model parity tests: for each timm model name, a randomly initialised model's
-weights (safetensors), an input, its fp32 eval logits, FLOPs (torch.utils.flop_counter) and parameter count;
-with --grads, the gradients of a train-mode forward+backward too. Run at test time; nothing is committed.
+"""Makes the fixtures of the model parity tests: for each timm model name (or wrn{depth}_{k}, the Wide ResNet of
+wrn_reference.py: 10 classes, 32 px inputs), a randomly initialised model's weights (safetensors), an input, its
+fp32 eval logits, FLOPs (torch.utils.flop_counter), parameter count, input size and class count; with --grads, the
+gradients of a train-mode forward+backward too. Run at test time; nothing is committed.
 
 usage: make_parity.py OUTDIR NAME [NAME...] [--grads NAME...]
 """
 import json
 import sys
 
+import os
+
 import timm
 import torch
 from safetensors.torch import save_file
 from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wrn_reference  # noqa: E402
+
+
+def create(name):
+    """(model, input side, classes)"""
+    if name.startswith("wrn"):
+        return wrn_reference.create(name, num_classes=10), 32, 10
+    return timm.create_model(name, pretrained=False), 224, 1000
 
 
 def randomise_norms(model, gen):
@@ -37,10 +50,10 @@ def main():
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
     for name in args + [g for g in grads if g not in args]:
-        model = timm.create_model(name, pretrained=False)
+        model, size, classes = create(name)
         randomise_norms(model, gen)
         model.eval()
-        x = torch.randn(2, 3, 224, 224, generator=gen)
+        x = torch.randn(2, 3, size, size, generator=gen)
         with torch.no_grad():
             logits = model(x)
         # the math SDPA backend decomposes attention into counted matmuls (the CPU flash kernel is not counted)
@@ -54,14 +67,15 @@ def main():
         if name in grads:
             model.train()
             model.zero_grad()
-            target = torch.arange(2) % 1000
+            target = torch.arange(2) % classes
             loss = torch.nn.functional.cross_entropy(model(x), target)
             loss.backward()
             io["loss"] = loss.detach().reshape(1)
             for k, p in model.named_parameters():
                 io["grad." + k] = p.grad.contiguous()
         save_file(io, f"{out}/{name}.io.safetensors")
-        meta = {"params": sum(p.numel() for p in model.parameters()), "flops": fc.get_total_flops()}
+        meta = {"params": sum(p.numel() for p in model.parameters()), "flops": fc.get_total_flops(),
+                "input_size": size, "num_classes": classes}
         if name.startswith("vit_tiny_patch16"):
             # timm's own pos_embed resampling, for the C++ resample test (224 -> 160 px: 14x14 -> 10x10 grid)
             from timm.layers import resample_abs_pos_embed

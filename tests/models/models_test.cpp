@@ -22,8 +22,8 @@ namespace trainer {
 namespace {
 
 const std::vector<std::string> kParityModels = {"resnet18", "resnet50", "vit_tiny_patch16_224",
-                                                "vit_base_patch16_224"};
-const std::vector<std::string> kGradModels = {"resnet18", "vit_tiny_patch16_224"};
+                                                "vit_base_patch16_224", "wrn16_4"};
+const std::vector<std::string> kGradModels = {"resnet18", "vit_tiny_patch16_224", "wrn16_4"};
 
 // Fixtures made once per test run by make_parity.py (timm on the CPU).
 class Parity : public test::FixtureSuite {
@@ -46,13 +46,19 @@ class Parity : public test::FixtureSuite {
     std::ifstream f(path(name + ".json"));
     return nlohmann::json::parse(f);
   }
-  static Classifier imagenet_model(const std::string& name) {
+  static Classifier imagenet_model(const std::string& name) { return model_of(name, 1000, 224); }
+  static Classifier model_of(const std::string& name, int64_t num_classes, int64_t input_size) {
     ModelConfig c;
     c.name = name;
-    c.num_classes = 1000;
+    c.num_classes = num_classes;
     c.in_chans = 3;
     c.small_stem = false;
-    return create_model(c, 224);
+    return create_model(c, input_size);
+  }
+  // the model the fixture was made for: ImageNet's 1000 classes at 224 px, the Wide ResNets 10 at 32 px
+  static Classifier fixture_model(const std::string& name) {
+    const auto m = meta(name);
+    return model_of(name, m["num_classes"].get<int64_t>(), m["input_size"].get<int64_t>());
   }
 };
 
@@ -63,7 +69,7 @@ double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
 TEST_F(Parity, LogitsMatchTimm) {
   for (const auto& name : kParityModels) {
     SCOPED_TRACE(name);
-    Classifier m = imagenet_model(name);
+    Classifier m = fixture_model(name);
     load_weights(*m, path(name + ".weights.safetensors"), LoadMode::strict);
     m->eval();
     torch::NoGradGuard ng;
@@ -77,7 +83,7 @@ TEST_F(Parity, FlopsMatchTorchFlopCounter) {
   for (const auto& name : kParityModels) {
     SCOPED_TRACE(name);
     const double ref = meta(name)["flops"].get<double>();
-    const double ours = imagenet_model(name)->flops_per_image();
+    const double ours = fixture_model(name)->flops_per_image();
     // flop_counter ignores elementwise ops and pooling, as we do; allow 1% for the classifier bias etc.
     EXPECT_NEAR(ours / ref, 1.0, 0.01) << "ours " << ours << " ref " << ref;
   }
@@ -86,10 +92,10 @@ TEST_F(Parity, FlopsMatchTorchFlopCounter) {
 TEST_F(Parity, GradientsMatchTimm) {
   for (const auto& name : kGradModels) {
     SCOPED_TRACE(name);
-    Classifier m = imagenet_model(name);
+    Classifier m = fixture_model(name);
     load_weights(*m, path(name + ".weights.safetensors"), LoadMode::strict);
     m->train();
-    auto target = torch::arange(2) % 1000;
+    auto target = torch::arange(2) % m->num_classes();
     auto loss = torch::nn::functional::cross_entropy(m->forward(io(name, "input")), target);
     loss.backward();
     EXPECT_LT(rel_err(loss.reshape({1}), io(name, "loss")), 1e-5);
@@ -269,6 +275,27 @@ TEST(Models, EveryRegisteredModelRuns) {
     EXPECT_EQ(m->forward(torch::randn({1, 3, vit ? 64 : 32, vit ? 64 : 32})).sizes(), (std::vector<int64_t>{1, 10}));
     EXPECT_GT(m->flops_per_image(), 0);
   }
+}
+
+// The Wide ResNet paper's Table 1 (CIFAR-10): WRN-40-4 8.9M, WRN-16-8 11.0M, WRN-28-10 36.5M parameters.
+TEST(Models, WideResNetsHaveThePublishedSizes) {
+  for (const auto& [name, millions] : std::vector<std::pair<std::string, double>>{
+           {"wrn40_4", 8.9}, {"wrn16_8", 11.0}, {"wrn28_10", 36.5}}) {
+    SCOPED_TRACE(name);
+    ModelConfig c;
+    c.name = name;
+    c.in_chans = 3;
+    c.num_classes = 10;
+    EXPECT_NEAR(create_model(c, 32)->parameter_count() / 1e6, millions, 0.05);
+  }
+  ModelConfig mnist;  // one channel, 28 px (Fashion-MNIST): the last stage pools a 7x7 grid
+  mnist.name = "wrn16_4";
+  mnist.in_chans = 1;
+  Classifier m = create_model(mnist, 28);
+  m->eval();
+  torch::NoGradGuard ng;
+  EXPECT_EQ(m->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(m->forward_features(torch::randn({1, 1, 28, 28})).sizes(), (std::vector<int64_t>{1, 256, 7, 7}));
 }
 
 TEST(Safetensors, RejectsHostileFiles) {

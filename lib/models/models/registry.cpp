@@ -8,6 +8,7 @@
 #include "models/resnet.h"
 #include "models/vit.h"
 #include "models/weights.h"
+#include "models/wide_resnet.h"
 
 namespace trainer {
 namespace {
@@ -30,6 +31,21 @@ Factory resnet(bool bottleneck, std::vector<int64_t> layers, int64_t groups = 1,
     o.drop_path_rate = c.drop_path_rate;
     o.input_size = input_size;
     return make_resnet(o);
+  };
+}
+
+Factory wide_resnet(int64_t depth, int64_t widen) {
+  return [=](const ModelConfig& c, int64_t input_size) -> Classifier {
+    WideResNetOptions o;
+    o.depth = depth;
+    o.widen = widen;
+    o.num_classes = c.num_classes;
+    o.in_chans = c.in_chans;
+    o.fused_norm = fused_norm_from(c.fused_norm);
+    o.drop_rate = c.drop_rate;
+    o.drop_path_rate = c.drop_path_rate;
+    o.input_size = input_size;
+    return make_wide_resnet(o);
   };
 }
 
@@ -58,6 +74,10 @@ const std::map<std::string, Factory>& registry() {
       {"resnet152", resnet(true, {3, 8, 36, 3})},
       {"wide_resnet50_2", resnet(true, {3, 4, 6, 3}, 1, 128)},
       {"resnext50_32x4d", resnet(true, {3, 4, 6, 3}, 32, 4)},
+      {"wrn16_4", wide_resnet(16, 4)},
+      {"wrn16_8", wide_resnet(16, 8)},
+      {"wrn28_10", wide_resnet(28, 10)},
+      {"wrn40_4", wide_resnet(40, 4)},
       {"vit_tiny_patch16_224", vit(16, 192, 12, 3)},
       {"vit_small_patch16_224", vit(16, 384, 12, 6)},
       {"vit_small_patch32_224", vit(32, 384, 12, 6)},

@@ -4,37 +4,15 @@
 #include <torch/torch.h>
 
 #include "core/check.h"
+#include "models/internal/conv_layers.h"
 #include "models/max_pool.h"
 
 namespace trainer {
 namespace nn = torch::nn;
 
-namespace {
-
-nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t groups = 1) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).groups(groups).bias(false));
-}
-
-// 2 * MACs of a conv producing (cout, h_out, w_out)
-double conv_flops(int64_t cin, int64_t cout, int64_t k, int64_t groups, int64_t h_out, int64_t w_out) {
-  return 2.0 * static_cast<double>(cin / groups) * k * k * cout * h_out * w_out;
-}
-
-int64_t out_size(int64_t in, int64_t k, int64_t stride) { return (in + 2 * (k / 2) - k) / stride + 1; }
-
-// timm's init: kaiming-normal (fan_out, relu) convs, unit BN.
-void init_weights(nn::Module& m) {
-  for (auto& kv : m.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-    if (auto* c = kv.value()->as<nn::Conv2d>()) {
-      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* b = kv.value()->as<nn::BatchNorm2d>()) {
-      nn::init::ones_(b->weight);
-      nn::init::zeros_(b->bias);
-    }
-  }
-}
-
-}  // namespace
+using conv_layers::conv;
+using conv_layers::conv_flops;
+using conv_layers::out_size;
 
 // ---- block ----
 
@@ -83,15 +61,11 @@ void ResBlockImpl::zero_init_last() {
 
 double ResBlockImpl::flops(int64_t h, int64_t w) const {
   const int64_t ho = out_size(h, 3, stride_), wo = out_size(w, 3, stride_);
-  auto cf = [](const nn::Conv2d& c, int64_t hh, int64_t ww) {
-    const auto& o = c->options;
-    return conv_flops(o.in_channels(), o.out_channels(), (*o.kernel_size())[0], o.groups(), hh, ww);
-  };
   double f = 0;
   if (bottleneck_) {
-    f += cf(conv1_, h, w) + cf(conv2_, ho, wo) + cf(conv3_, ho, wo);
+    f += conv_flops(conv1_, h, w) + conv_flops(conv2_, ho, wo) + conv_flops(conv3_, ho, wo);
   } else {
-    f += cf(conv1_, ho, wo) + cf(conv2_, ho, wo);
+    f += conv_flops(conv1_, ho, wo) + conv_flops(conv2_, ho, wo);
   }
   if (downsample_) {
     f += conv_flops(conv1_->options.in_channels(), out_channels_, 1, 1, ho, wo);
@@ -125,7 +99,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
   }
   num_features_ = inplanes;
   fc_ = register_module("fc", nn::Linear(num_features_, opt.num_classes));
-  init_weights(*this);
+  conv_layers::init_weights(*this);
   set_fused_batchnorm(*this, opt.fused_norm);
   if (opt.zero_init_last)
     for (auto& b : blocks_) b->zero_init_last();
