@@ -9,7 +9,7 @@
 #   vitprof (where ViT-B's step goes, trainer against PyTorch eager)
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
-#     within about a second of SIGTERM) | fmnist (the Fashion-MNIST recipe)
+#     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
 # The phases of earlier issues (pipeline paths, decode choices, shards, ratios) became the suite's sections or
 # are in git history with the results they made (bench/results/*/README.md name their commits).
 # Logs and JSON go to OUTDIR.
@@ -130,8 +130,15 @@ PY
     python3 scripts/kernel_table.py /tmp/bnprof/auto/trace.json /tmp/bnprof/compile_trace.json --top 40 \
       | tee "$out/rn50_kernels_fused_vs_compile.txt"
     ;;
-  fmnist)
-    $T --config configs/fashion_mnist.yaml --set data.root="$TRAINER_FMNIST" --set run.out_dir="$out/runs" 2>&1 \
-      | tee "$out/fmnist.log" | grep -E "done in|trained|error"
+  fmnist)  # a Fashion-MNIST recipe: CONFIG (configs/fashion_mnist.yaml), one run per seed of SEEDS (0), SETS: more
+    # --set options; logs and metrics come back, weights stay in /tmp/fmnist
+    cfg=${CONFIG:-configs/fashion_mnist.yaml}
+    for seed in ${SEEDS:-0}; do
+      name=$(basename "$cfg" .yaml)_seed$seed
+      $T --config "$cfg" --set data.root="$TRAINER_FMNIST" --set run.out_dir=/tmp/fmnist --set run.name=$name \
+        --set run.seed=$seed ${SETS:-} > "$out/$name.log" 2>&1
+      cp /tmp/fmnist/$name/metrics.jsonl "$out/$name.metrics.jsonl" 2>/dev/null
+      grep -E "eval loss|trained|rror" "$out/$name.log" | tail -4
+    done
     ;;
 esac
