@@ -107,6 +107,9 @@ Schema fields_of(Config& c) {
                "(CUDA, channels_last): auto = where they are faster than ATen's (bf16 and fp16; not yet with "
                "dist.sync_bn), on = wherever they run (sync_bn too), off = ATen's ops",
                {"auto", "on", "off"});
+  s.add_bool("model.stem_fp16", &c.model.stem_fp16,
+             "ResNet: the 7x7 stem convolution's forward in fp16 under bf16 autocast (cuDNN has no fast bf16 kernel "
+             "for 3 input channels); its weight gradient stays bf16");
   s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));
   s.add_float("model.drop_path_rate", &c.model.drop_path_rate, "stochastic depth rate of the last block",
               half_open(0, 1));

@@ -31,6 +31,7 @@ struct ModelConfig {
   bool small_stem = true;
   bool zero_init_last = true;
   std::string fused_norm = "auto";
+  bool stem_fp16 = true;
   double drop_rate = 0.0;
   double drop_path_rate = 0.0;
   std::string pretrained;

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "models/internal/conv_layers.h"
 #include "models/max_pool.h"
+#include "models/stem_conv.h"
 
 namespace trainer {
 namespace nn = torch::nn;
@@ -106,7 +107,8 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
 }
 
 torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
-  torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
+  torch::Tensor stem = opt_.small_stem ? conv1_(x) : stem_conv(x, conv1_->weight, 2, 3, opt_.stem_fp16);
+  torch::Tensor y = bn1_->forward_act(stem, torch::Tensor(), /*relu=*/true);
   if (!opt_.small_stem) y = max_pool2d_nhwc(y, /*k=*/3, /*s=*/2, /*p=*/1, opt_.fused_norm);
   for (auto& b : blocks_) y = b->forward(y);
   return y;

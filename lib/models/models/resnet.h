@@ -22,6 +22,7 @@ struct ResNetOptions {
   bool small_stem = false;                 // 3x3 stride-1 stem, no max-pool (CIFAR/MNIST-size inputs)
   bool zero_init_last = true;              // zero the last BN gamma of each block
   FusedNorm fused_norm = FusedNorm::faster;  // batch norm (+ add + ReLU) in our kernels (models/fused_batchnorm.h)
+  bool stem_fp16 = true;                   // the 7x7 stem's forward in fp16 under bf16 autocast (models/stem_conv.h)
   double drop_rate = 0.0;                  // dropout before fc
   double drop_path_rate = 0.0;             // stochastic depth, linear over blocks
   int64_t input_size = 224;                // for flops_per_image and data_defaults
