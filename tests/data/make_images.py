@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fixtures for the data tests, encoded here at test time with Pillow: JPEG variants (baseline, progressive,
 grayscale, CMYK, odd size, EXIF), a PNG with alpha, each with Pillow's decode as the reference (raw RGB), and
-torchvision's antialiased bilinear resizes of a random image as the resize reference, and torchvision's
+torchvision's antialiased bilinear resizes of a random image as the resize reference, torchvision's evaluation
+transforms (Resize(floor(size / crop_pct)) + CenterCrop(size) on Pillow's decode) of grainy JPEGs, and torchvision's
 colour-jitter ops (brightness, contrast, saturation, hue) on float images in given per-sample orders.
 usage: make_images.py OUTDIR
 """
@@ -11,7 +12,11 @@ import sys
 import numpy as np
 import torch
 from PIL import Image
+from torchvision import transforms as T
 from torchvision.transforms.v2 import functional as F
+
+# (size, crop_pct, interpolation) of the evaluation references: ResNet's and ViT's defaults, at small sizes
+EVAL_CASES = [(64, 0.875, "bilinear"), (56, 0.9, "bicubic"), (100, 0.95, "bilinear")]
 
 
 def photo_like(w, h, seed):
@@ -59,6 +64,17 @@ def main():
         r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_{w}x{h}.rgb")
         r = F.resize(t, [h, w], interpolation=F.InterpolationMode.BICUBIC, antialias=True)
         r[0].permute(1, 2, 0).contiguous().numpy().tofile(f"{out}/resize_bicubic_{w}x{h}.rgb")
+    # evaluation references: grainy photo-like JPEGs of odd sizes (landscape, portrait), through torchvision
+    meta["eval"] = {"files": [], "cases": EVAL_CASES}
+    for i, (w, h) in enumerate([(301, 229), (173, 257), (120, 90)]):
+        name = f"eval{i}"
+        Image.fromarray(photo_like(w, h, 10 + i)).save(f"{out}/{name}.jpg", format="JPEG", quality=92)
+        meta["eval"]["files"].append(name)
+        for size, crop_pct, interp in EVAL_CASES:
+            mode = T.InterpolationMode.BICUBIC if interp == "bicubic" else T.InterpolationMode.BILINEAR
+            tf = T.Compose([T.Resize(int(np.floor(size / crop_pct)), interpolation=mode), T.CenterCrop(size)])
+            ref = np.asarray(tf(Image.open(f"{out}/{name}.jpg").convert("RGB")))
+            ref.tofile(f"{out}/{name}_{size}_{interp}.rgb")
     # colour jitter references: torchvision's functional ops on float images, per-sample factors and orders
     g = torch.Generator().manual_seed(4)
     x = torch.rand(4, 3, 19, 23, generator=g)

@@ -337,9 +337,10 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
     r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
   });
-  // crop-only decode: the sample's crop window (the draw crop_resize_normalize makes) is all the engines decode
+  // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
+  // decode; evaluation resizes the whole image before it crops (gpu_eval_resize)
   GpuJpegDecoder::RoiFn roi_of;
-  if (opt_.crop_decode)
+  if (opt_.crop_decode && opt_.train)
     roi_of = [this, &order, from, epoch = q.epoch](size_t i, int w, int h) {
       bool flip = false;
       return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
@@ -458,6 +459,11 @@ void GpuImageLoader::substitute_failures(Decoded& d) {
 }
 
 torch::Tensor GpuImageLoader::crop_resize_normalize(const Decoded& d, int64_t epoch) {
+  if (!opt_.train) {  // torchvision's resize then centre crop of the whole images, normalised by the resize kernel's
+    GpuResizeOutput how = normalized_;  // rules (a left-out sample's 1 x 1 black image gives black)
+    how.filter = opt_.eval_filter;
+    return gpu_eval_resize(d.images, opt_.image_size, opt_.crop_pct, how);
+  }
   const size_t B = d.images.size();
   std::vector<Rect> windows(B);
   std::vector<char> flips(B, 0);

@@ -37,6 +37,50 @@ bool gpu_crop_resize_kernel_available() {
 #endif
 }
 
+namespace {
+
+// ATen's antialiased resize of a (1, 3, h, w) float image to (out_h, out_w) with the output's filter (the bicubic's
+// overshoot clamped to 0..255 as the CPU path's uint8 is)
+torch::Tensor aa_resize(const torch::Tensor& c, int64_t out_h, int64_t out_w, const GpuResizeOutput& o) {
+  return o.filter == Interpolation::bicubic
+             ? at::_upsample_bicubic2d_aa(c, {out_h, out_w}, /*align_corners=*/false).clamp_(0, 255)
+             : at::_upsample_bilinear2d_aa(c, {out_h, out_w}, /*align_corners=*/false);
+}
+
+torch::Tensor float_batch(int64_t B, int64_t size, const torch::Device& device, const GpuResizeOutput& o) {
+  const auto format = o.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  return torch::empty({B, 3, size, size}, torch::TensorOptions().dtype(torch::kFloat32).device(device).memory_format(format));
+}
+
+// the per-sample paths' end: normalised as `o` says, in its dtype
+torch::Tensor finish(torch::Tensor x, const GpuResizeOutput& o) {
+  if (o.normalize) {
+    const auto f = torch::TensorOptions().dtype(torch::kFloat32);
+    x.sub_(torch::tensor({o.mean255[0], o.mean255[1], o.mean255[2]}, f).view({1, 3, 1, 1}).to(x.device()))
+        .mul_(torch::tensor({o.inv_std255[0], o.inv_std255[1], o.inv_std255[2]}, f).view({1, 3, 1, 1}).to(x.device()));
+  }
+  return x.to(o.dtype);
+}
+
+}  // namespace
+
+torch::Tensor gpu_eval_resize(const std::vector<torch::Tensor>& images, int64_t size, double crop_pct,
+                              const GpuResizeOutput& out) {
+  TRAINER_CHECK(!images.empty(), "gpu_eval_resize: no images");
+  const int64_t B = static_cast<int64_t>(images.size());
+  torch::Tensor x = float_batch(B, size, images[0].device(), out);
+  for (int64_t i = 0; i < B; ++i) {
+    const torch::Tensor& t = images[static_cast<size_t>(i)];
+    TRAINER_CHECK(t.dim() == 3 && t.size(2) == 3 && t.scalar_type() == torch::kUInt8,
+                  "gpu_eval_resize: image ", i, " is not an (H, W, 3) uint8 tensor");
+    const EvalResize e = eval_resize(static_cast<int>(t.size(1)), static_cast<int>(t.size(0)), static_cast<int>(size),
+                                     crop_pct);
+    torch::Tensor y = aa_resize(t.permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32), e.h, e.w, out);
+    x[i].copy_(y[0].narrow(1, e.top, size).narrow(2, e.left, size));
+  }
+  return finish(x, out);
+}
+
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
                               const std::vector<char>& flips, int64_t size, bool batched_kernel,
                               const GpuResizeOutput& norm) {
@@ -56,9 +100,9 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
                   "gpu_crop_resize: window ", r.x, ",", r.y, " ", r.w, "x", r.h, " of image ", i, " is outside its ",
                   t.size(1), "x", t.size(0), " pixels");
   }
-  const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
 #ifdef TRAINER_WITH_KERNELS
   if (batched_kernel && norm.filter == Interpolation::bilinear) {
+    const auto format = norm.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
     torch::Tensor x = torch::empty({B, 3, size, size},
                                    torch::TensorOptions().dtype(norm.dtype).device(device).memory_format(format));
     TRAINER_CHECK(device.is_cuda(), "gpu_crop_resize: the batched kernel needs CUDA tensors");
@@ -95,24 +139,16 @@ torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const st
 #else
   TRAINER_CHECK(!batched_kernel, "gpu_crop_resize: this build has no CUDA kernels of its own (nvcc not found)");
 #endif
-  torch::Tensor x = torch::empty({B, 3, size, size},
-                                 torch::TensorOptions().dtype(torch::kFloat32).device(device).memory_format(format));
+  torch::Tensor x = float_batch(B, size, device, norm);
   for (int64_t i = 0; i < B; ++i) {
     const torch::Tensor& t = images[static_cast<size_t>(i)];
     const Rect& r = windows[static_cast<size_t>(i)];
     torch::Tensor c = t.narrow(0, r.y, r.h).narrow(1, r.x, r.w).permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
-    torch::Tensor y = norm.filter == Interpolation::bicubic
-                          ? at::_upsample_bicubic2d_aa(c, {size, size}, /*align_corners=*/false).clamp_(0, 255)
-                          : at::_upsample_bilinear2d_aa(c, {size, size}, /*align_corners=*/false);
+    torch::Tensor y = aa_resize(c, size, size, norm);
     if (flips[static_cast<size_t>(i)]) y = y.flip({3});
     x[i].copy_(y[0]);
   }
-  if (norm.normalize) {
-    const auto f = torch::TensorOptions().dtype(torch::kFloat32);
-    x.sub_(torch::tensor({norm.mean255[0], norm.mean255[1], norm.mean255[2]}, f).view({1, 3, 1, 1}).to(device))
-        .mul_(torch::tensor({norm.inv_std255[0], norm.inv_std255[1], norm.inv_std255[2]}, f).view({1, 3, 1, 1}).to(device));
-  }
-  return x.to(norm.dtype);
+  return finish(x, norm);
 }
 
 }  // namespace trainer

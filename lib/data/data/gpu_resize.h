@@ -31,5 +31,9 @@ bool gpu_crop_resize_kernel_available();
 torch::Tensor gpu_crop_resize(const std::vector<torch::Tensor>& images, const std::vector<Rect>& windows,
                               const std::vector<char>& flips, int64_t size, bool batched_kernel,
                               const GpuResizeOutput& out = GpuResizeOutput{});
+// Evaluation of whole (H, W, 3) uint8 device images as torchvision's: each resized (ATen's antialiased filter of
+// out.filter) to eval_resize's size, then its centre (size x size) cropped, into one batch laid out as `out` says.
+torch::Tensor gpu_eval_resize(const std::vector<torch::Tensor>& images, int64_t size, double crop_pct,
+                              const GpuResizeOutput& out);
 
 }  // namespace trainer

@@ -284,6 +284,8 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   const int S = static_cast<int>(opt_.image_size);
   auto draw_window = [&](int w, int h, bool* flip) { return sample_window(opt_, index, epoch, w, h, flip); };
   const Interpolation filter = opt_.train ? Interpolation::bilinear : opt_.eval_filter;
+  // training resizes the drawn window (crop then resize); evaluation crops the resized image, as torchvision
+  const bool eval = !opt_.train;
   auto t0 = Clock::now();
   const CacheEntry* hit = cache_ ? cache_[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
   const std::string name = s.name();
@@ -309,8 +311,9 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     }
     t0 = Clock::now();
     bool flip = false;
-    const Rect win = draw_window(src->width, src->height, &flip);
-    resize_rgb(src->pixels.data(), src->width, src->height, win, dst, S, S, S * 3, flip, filter);
+    const ResizeMap m = eval ? eval_map(src->width, src->height, S, opt_.crop_pct)
+                             : window_map(draw_window(src->width, src->height, &flip), S, S);
+    resize_rgb_mapped(src->pixels.data(), src->width, src->height, m, dst, S, S, S * 3, flip, filter);
     resize_ns_.fetch_add(ns_since(t0));
     return;
   }
@@ -332,17 +335,23 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   int w = 0, h = 0;
   read_image_size(jpeg, data, size, name, &w, &h);  // within the pixel limit
   bool flip = false;
-  const Rect win = draw_window(w, h, &flip);
+  const Rect win = draw_window(w, h, &flip);  // evaluation: the centre crop's extent in the image
+  const ResizeMap eval_full = eval ? eval_map(w, h, S, opt_.crop_pct) : ResizeMap{};
   Rect region;
+  ResizeMap eval_decoded;
   if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecodeOptions o;
     o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
     o.crop = opt_.crop_decode;
-    o.window = win;
+    o.window = eval ? map_footprint(eval_full, S, S, filter) : win;  // with the taps' reach over the crop's edge
     jpeg.decode(data, size, o, img, name);
     if (jpeg.last_decode_was_cut()) cut_.fetch_add(1);
     const int d = o.scale_denom;
-    if (o.crop) {
+    if (eval) {
+      // the decoder returned the window rounded outwards to whole scaled pixels, from (x / d, y / d)
+      eval_decoded = map_into_decode(eval_full, d, o.crop ? o.window.x / d : 0, o.crop ? o.window.y / d : 0, img.width,
+                                     img.height);
+    } else if (o.crop) {
       // the decoder returned the window rounded outwards to whole scaled pixels
       const int x0 = win.x / d, y0 = win.y / d;
       region = {static_cast<int>(std::lround(double(win.x) / d)) - x0,
@@ -359,11 +368,13 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   } else {
     decode_png(data, size, img, name);
     region = win;
+    eval_decoded = eval_full;
   }
   decode_ns_.fetch_add(ns_since(t0));
 
   t0 = Clock::now();
-  resize_rgb(img.pixels.data(), img.width, img.height, region, dst, S, S, S * 3, flip, filter);
+  const ResizeMap m = eval ? eval_decoded : window_map(region, S, S);
+  resize_rgb_mapped(img.pixels.data(), img.width, img.height, m, dst, S, S, S * 3, flip, filter);
   resize_ns_.fetch_add(ns_since(t0));
 }
 

@@ -55,6 +55,72 @@ Rect center_crop_window(int width, int height, int size, double crop_pct) {
   return {(width - cw) / 2, (height - ch) / 2, cw, ch};
 }
 
+ResizeMap window_map(Rect r, int dst_w, int dst_h) {
+  ResizeMap m;
+  m.x0 = r.x;
+  m.y0 = r.y;
+  m.sx = static_cast<double>(r.w) / dst_w;
+  m.sy = static_cast<double>(r.h) / dst_h;
+  m.bounds = r;
+  return m;
+}
+
+EvalResize eval_resize(int width, int height, int size, double crop_pct) {
+  const int scale_size = static_cast<int>(std::floor(size / crop_pct));
+  const bool wide = width > height;
+  const int s = wide ? height : width, l = wide ? width : height;
+  const int resized_long = static_cast<int>(static_cast<double>(int64_t(scale_size) * l) / s);
+  EvalResize e;
+  e.w = wide ? resized_long : scale_size;
+  e.h = wide ? scale_size : resized_long;
+  e.left = static_cast<int>(std::nearbyint((e.w - size) / 2.0));
+  e.top = static_cast<int>(std::nearbyint((e.h - size) / 2.0));
+  return e;
+}
+
+ResizeMap eval_map(int width, int height, int size, double crop_pct) {
+  const EvalResize e = eval_resize(width, height, size, crop_pct);
+  ResizeMap m;
+  m.sx = static_cast<double>(width) / e.w;
+  m.sy = static_cast<double>(height) / e.h;
+  m.x0 = e.left * m.sx;
+  m.y0 = e.top * m.sy;
+  m.bounds = {0, 0, width, height};
+  return m;
+}
+
+namespace {
+// [first, end) of the source pixels along one axis that n outputs from offset o at scale s can read
+std::pair<int, int> axis_footprint(double o, double s, int n, Interpolation f, int lo, int hi) {
+  const double support = (f == Interpolation::bicubic ? 2.0 : 1.0) * std::max(s, 1.0);
+  const int first = static_cast<int>(std::floor(o + 0.5 * s - support)) - 1;
+  const int end = static_cast<int>(std::ceil(o + (n - 0.5) * s + support)) + 1;
+  return {std::max(first, lo), std::min(end, hi)};
+}
+}  // namespace
+
+Rect map_footprint(const ResizeMap& m, int dst_w, int dst_h, Interpolation filter) {
+  const Rect& b = m.bounds;
+  const auto [x0, x1] = axis_footprint(m.x0, m.sx, dst_w, filter, b.x, b.x + b.w);
+  const auto [y0, y1] = axis_footprint(m.y0, m.sy, dst_h, filter, b.y, b.y + b.h);
+  return {x0, y0, std::max(1, x1 - x0), std::max(1, y1 - y0)};
+}
+
+ResizeMap map_into_decode(const ResizeMap& m, int denom, int origin_x, int origin_y, int width, int height) {
+  ResizeMap d;
+  d.sx = m.sx / denom;
+  d.sy = m.sy / denom;
+  d.x0 = m.x0 / denom - origin_x;
+  d.y0 = m.y0 / denom - origin_y;
+  // the old bounds in decoded pixels, rounded outwards, inside what was decoded
+  const int bx0 = std::max(0, static_cast<int>(std::floor(double(m.bounds.x) / denom)) - origin_x);
+  const int by0 = std::max(0, static_cast<int>(std::floor(double(m.bounds.y) / denom)) - origin_y);
+  const int bx1 = std::min(width, static_cast<int>(std::ceil(double(m.bounds.x + m.bounds.w) / denom)) - origin_x);
+  const int by1 = std::min(height, static_cast<int>(std::ceil(double(m.bounds.y + m.bounds.h) / denom)) - origin_y);
+  d.bounds = {bx0, by0, std::max(1, bx1 - bx0), std::max(1, by1 - by0)};
+  return d;
+}
+
 namespace {
 
 // PIL's filters: the triangle, and Keys' cubic convolution with a = -0.5.
@@ -74,9 +140,9 @@ struct Taps {
   int max_taps = 0;
 };
 
-Taps make_taps(int in_offset, int in_size, int out_size, int in_total, Interpolation filter) {
+// out_size outputs centred at in_offset + (i + 0.5) * scale, the taps inside [0, in_total)
+Taps make_taps(double in_offset, double scale, int out_size, int in_total, Interpolation filter) {
   Taps t;
-  const double scale = static_cast<double>(in_size) / out_size;
   const double fscale = std::max(scale, 1.0);  // widen the support when shrinking (antialias)
   const double support = (filter == Interpolation::bicubic ? 2.0 : 1.0) * fscale;
   t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
@@ -215,12 +281,15 @@ bool cpu_has_avx2() {
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, int dst_w, int dst_h, int dst_stride,
-                bool flip, Interpolation filter, ResizeSimd simd) {
+void resize_rgb_mapped(const uint8_t* src, int src_w, int src_h, const ResizeMap& m, uint8_t* dst, int dst_w,
+                       int dst_h, int dst_stride, bool flip, Interpolation filter, ResizeSimd simd) {
+  const Rect r = m.bounds;  // the taps' pixels; the pass below works within them
   // Enlarging both ways, bilinear: antialiasing changes nothing and OpenCV's SIMD bilinear (half-pixel centres, as
   // torchvision) does it; the flip is a second cheap pass. (OpenCV's cubic has a = -0.75, not PIL's -0.5.)
   const bool bicubic = filter == Interpolation::bicubic;
-  if (!bicubic && r.w <= dst_w && r.h <= dst_h) {
+  const bool whole_window = m.x0 == r.x && m.y0 == r.y && std::abs(m.sx * dst_w - r.w) < 1e-9 &&
+                            std::abs(m.sy * dst_h - r.h) < 1e-9;
+  if (!bicubic && whole_window && r.w <= dst_w && r.h <= dst_h) {
     const cv::Mat in(r.h, r.w, CV_8UC3, const_cast<uint8_t*>(src + (static_cast<size_t>(r.y) * src_w + r.x) * 3),
                      static_cast<size_t>(src_w) * 3);
     cv::Mat out(dst_h, dst_w, CV_8UC3, dst, static_cast<size_t>(dst_stride));
@@ -231,8 +300,8 @@ void resize_rgb(const uint8_t* src, int src_w, int src_h, Rect r, uint8_t* dst, 
   // Shrinking: the antialiased triangle filter, vertical pass first (contiguous rows: vectorises), then the
   // horizontal pass on the already-short image with weights pre-aligned to a fixed tap count (no branches; a
   // compile-time count for the common small ones, so the dot products unroll).
-  const Taps tx = make_taps(0, r.w, dst_w, r.w, filter);
-  const Taps ty = make_taps(0, r.h, dst_h, r.h, filter);
+  const Taps tx = make_taps(m.x0 - r.x, m.sx, dst_w, r.w, filter);
+  const Taps ty = make_taps(m.y0 - r.y, m.sy, dst_h, r.h, filter);
   const int row_len = r.w * 3;
   thread_local std::vector<float> tmp;  // (dst_h, r.w*3)
   tmp.resize(static_cast<size_t>(dst_h) * row_len + 4);  // + the 4th lane of the last pixel's load
