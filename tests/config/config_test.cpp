@@ -140,6 +140,39 @@ TEST(Config, CrossFieldChecks) {
              "'data.jitter': colour jitter needs RGB images");
 }
 
+// Progressive resizing follows FFCV's get_resolution (rn50 configs: min_res 160, max_res 192; 16 epochs ramp over
+// 11-13, 88 epochs over 65-76): the ends as given, numpy's interp rounded half to even to a multiple of 32 between.
+TEST(Config, ProgressiveResizingFollowsFfcvsRamp) {
+  DataConfig d;
+  d.image_size = 224;
+  EXPECT_EQ(train_image_size(d, 5), 224);  // off
+  d.train_size_min = 160;
+  d.train_size_max = 192;
+  d.train_size_ramp = {11, 13};
+  const std::vector<int64_t> sixteen = {160, 160, 160, 160, 160, 160, 160, 160, 160, 160, 160, 160, 192, 192, 192, 192};
+  for (int64_t e = 0; e < 16; ++e) EXPECT_EQ(train_image_size(d, e), sixteen[static_cast<size_t>(e)]) << "epoch " << e;
+  d.train_size_ramp = {65, 76};  // 70: 174.5 -> 5.45 -> 160; 71: 177.5 -> 5.55 -> 192
+  EXPECT_EQ(train_image_size(d, 65), 160);
+  EXPECT_EQ(train_image_size(d, 70), 160);
+  EXPECT_EQ(train_image_size(d, 71), 192);
+  EXPECT_EQ(train_image_size(d, 87), 192);
+  d.train_size_min = 100;  // not a multiple of 32: as given before the ramp, as FFCV
+  d.train_size_max = 0;    // data.image_size
+  d.train_size_ramp = {0, 10};
+  EXPECT_EQ(train_image_size(d, 0), 100);
+  EXPECT_EQ(train_image_size(d, 5), 160);  // 162 -> 5.06 -> 160
+  EXPECT_EQ(train_image_size(d, 10), 224);
+
+  expect_has(load_error("data:\n  image_size: 128\n  train_size_min: 160\n"),
+             "'data.train_size_min': expected at most train_size_max (or data.image_size) 128, got 160");
+  expect_has(load_error("data:\n  image_size: 224\n  train_size_min: 160\n  train_size_ramp: [9, 3]\n"),
+             "'data.train_size_ramp': expected [first, last] epochs");
+  expect_has(load_error("data:\n  image_size: 224\n  train_size_min: 160\ntrain:\n  cuda_graph: true\n"),
+             "'data.train_size_min': progressive resizing changes the batch shape");
+  expect_has(load_error("model:\n  name: vit_tiny_patch16_224\ndata:\n  image_size: 224\n  train_size_min: 160\n"),
+             "position embeddings fit one grid");
+}
+
 // The checks that need the run's device and ranks, in one place: each names its key.
 TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   auto error_for = [](const std::vector<std::string>& sets, bool cuda, int world) {

@@ -591,6 +591,30 @@ TEST(DataSetup, EvalInterpolationFollowsTheModelUnlessSet) {
   EXPECT_THROW(config_from_overrides({"data.interpolation=nearest"}), ConfigError);
 }
 
+// Progressive resizing in a run: the training batches change size at the epoch the ramp says (new loaders, logged),
+// evaluation stays at data.image_size.
+TEST(DataSetup, ProgressiveResizingChangesTheTrainingSizeAtItsEpoch) {
+  test::TempDir dir;
+  Config c = config_from_overrides({"run.device=cpu", "run.out_dir=" + dir.path(), "model.name=resnet18",
+                                    "model.small_stem=false", "data.source=synthetic", "data.synthetic_samples=32",
+                                    "data.image_size=64", "data.batch_size=16", "data.train_size_min=32",
+                                    "data.train_size_ramp=[1, 2]", "train.epochs=3", "train.eval_interval=0",
+                                    "checkpoint.every_epoch=false"});
+  Trainer t(c, RunContext{torch::kCPU});
+  Batch b;
+  t.train_loader().set_epoch(0);
+  ASSERT_TRUE(t.train_loader().next(b));
+  EXPECT_EQ(b.images.size(2), 32);
+  t.fit();
+  t.train_loader().set_epoch(2);
+  ASSERT_TRUE(t.train_loader().next(b));
+  EXPECT_EQ(b.images.size(2), 64) << "the ramp ends at epoch 2 (from 0) at data.image_size";
+  const std::string log = fs::read_text(dir.file("default/train.log"));
+  EXPECT_NE(log.find("epoch 3: training at 64 px (progressive resizing, from 32; evaluation at 64)"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("training at 32 px"), std::string::npos) << "epochs 1 and 2 keep the first loaders";
+}
+
 TEST(CudaGraphConfig, RefusedWithoutCudaOrWithAccumulation) {
   EXPECT_THROW(config_from_overrides({"train.cuda_graph=true", "train.accum_steps=2"}), ConfigError);
   Config c = cpu_config("resnet18", 1, 32);

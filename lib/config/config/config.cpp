@@ -122,6 +122,17 @@ Schema fields_of(Config& c) {
   s.add_string("data.train_split", &c.data.train_split, "training split: idx file prefix, image_folder sub-folder, list file, shards sub-folder");
   s.add_string("data.eval_split", &c.data.eval_split, "eval split, as train_split; empty = no eval");
   s.add_int("data.image_size", &c.data.image_size, "side of the model input in pixels", closed(8, 4096));
+  s.add_int("data.train_size_min", &c.data.train_size_min,
+            "progressive resizing (FFCV's): training batches start at this side, 0 = off (always data.image_size)",
+            closed(0, 4096));
+  s.add_int("data.train_size_max", &c.data.train_size_max,
+            "progressive resizing: the training side at the end of the ramp, 0 = data.image_size (evaluation always "
+            "uses data.image_size)",
+            closed(0, 4096));
+  s.add_list("data.train_size_ramp", &c.data.train_size_ramp,
+             "progressive resizing: [first, last] epoch (from 0) of the linear ramp from train_size_min to "
+             "train_size_max; the side is rounded to a multiple of 32",
+             2, at_least(0));
   s.add_int("data.batch_size", &c.data.batch_size, "per-process batch size", closed(1, 1 << 20));
   s.add_int("data.eval_batch_size", &c.data.eval_batch_size, "eval batch size, 0 = batch_size", closed(0, 1 << 20));
   s.add_int("data.workers", &c.data.workers, "CPU data threads, -1 = cores - 2 (at least 1)", closed(-1, 1024));
@@ -578,6 +589,32 @@ void validate_config(const Config& c, const std::string& origin) {
                                     "'"));
   if (!c.data.jitter.empty() && c.model.in_chans != 3)
     fail("data.jitter", str_cat("colour jitter needs RGB images: expected model.in_chans 3, got ", c.model.in_chans));
+  if (c.data.train_size_min > 0) {
+    const int64_t hi = c.data.train_size_max > 0 ? c.data.train_size_max : c.data.image_size;
+    if (c.data.train_size_min > hi)
+      fail("data.train_size_min", str_cat("expected at most train_size_max (or data.image_size) ", hi, ", got ",
+                                          c.data.train_size_min));
+    if (c.data.train_size_ramp[0] > c.data.train_size_ramp[1])
+      fail("data.train_size_ramp", "expected [first, last] epochs with first <= last");
+    if (c.train.cuda_graph)
+      fail("data.train_size_min", "progressive resizing changes the batch shape, which a captured step "
+                                  "(train.cuda_graph) cannot: expected train.cuda_graph false");
+    if (c.model.name.rfind("vit", 0) == 0)
+      fail("data.train_size_min", str_cat(c.model.name, "'s position embeddings fit one grid: progressive resizing "
+                                          "is for convolutional models"));
+  }
+}
+
+int64_t train_image_size(const DataConfig& d, int64_t epoch) {
+  if (d.train_size_min <= 0) return d.image_size;
+  const double lo = static_cast<double>(d.train_size_min);
+  const double hi = static_cast<double>(d.train_size_max > 0 ? d.train_size_max : d.image_size);
+  const double e0 = d.train_size_ramp[0], e1 = d.train_size_ramp[1], e = static_cast<double>(epoch);
+  // FFCV's get_resolution: the ends as given, inside the ramp numpy's interp rounded to a multiple of 32
+  if (e <= e0) return d.train_size_min;
+  if (e >= e1) return static_cast<int64_t>(hi);
+  const double size = lo + (hi - lo) * (e - e0) / (e1 - e0);
+  return std::max<int64_t>(32, static_cast<int64_t>(std::nearbyint(size / 32.0)) * 32);
 }
 
 void validate_config_for_run(const Config& c, bool cuda, int world_size) {

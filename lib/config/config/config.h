@@ -44,6 +44,9 @@ struct DataConfig {
   std::string train_split = "train";
   std::string eval_split = "t10k";
   int64_t image_size = 28;
+  int64_t train_size_min = 0;  // progressive resizing (FFCV's): 0 = off
+  int64_t train_size_max = 0;
+  std::vector<double> train_size_ramp = {0, 0};
   int64_t batch_size = 512;
   int64_t eval_batch_size = 0;
   int64_t workers = -1;
@@ -163,6 +166,11 @@ void validate_config(const Config& cfg, const std::string& origin);
 // The checks that need what a run resolved beyond its config: whether its device is CUDA and how many ranks it
 // has. Throws ConfigError naming the key. Trainer and bench-data run them.
 void validate_config_for_run(const Config& cfg, bool cuda, int world_size);
+// The side the training batches have in `epoch` (from 0): data.image_size, or with progressive resizing
+// (data.train_size_min > 0) FFCV's ramp: train_size_min up to the epoch train_size_ramp[0], train_size_max
+// (0 = data.image_size) from train_size_ramp[1] on, linear in between rounded to a multiple of 32 (half to even,
+// as numpy).
+int64_t train_image_size(const DataConfig& d, int64_t epoch);
 // The resolved config as YAML that load_config reads back; with_docs adds a comment per key.
 std::string config_to_yaml(const Config& cfg, bool with_docs = false);
 

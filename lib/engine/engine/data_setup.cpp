@@ -54,6 +54,7 @@ void set_batch_options(Options& o, const Config& cfg, const DataDefaults& defaul
 // the evaluation loader's options: the training loader's without augmentation, at data.eval_batch_size
 template <class Options> Options eval_options(Options o, const DataConfig& d) {
   o.train = false;
+  o.image_size = d.image_size;
   o.batch_size = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
   return o;
 }
@@ -125,7 +126,7 @@ ImageList image_split(const DataConfig& d, const std::string& split) {
 namespace {
 
 // image_folder, list, shards: the CPU or GPU image pipeline (data.decode)
-Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
+Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx, int64_t train_size) {
   const DataConfig& d = cfg.data;
   Loaders out;
   ImageList train = image_split(d, d.train_split);
@@ -137,6 +138,7 @@ Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const Run
     TRAINER_CHECK(s.label < cfg.model.num_classes, s.path, ": label ", s.label, " but model.num_classes is ",
                   cfg.model.num_classes);
   ImageLoaderOptions o = image_loader_options(cfg, defaults, ctx);
+  if (train_size > 0) o.image_size = train_size;
   if (d.train_crop == "none") o.rrc_scale = {1.0, 1.0}, o.rrc_ratio = {0.0001, 10000.0};
   const torch::Device dev = ctx.device;
   std::string why;
@@ -158,9 +160,10 @@ Loaders image_loaders(const Config& cfg, const DataDefaults& defaults, const Run
 
 }  // namespace
 
-Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx) {
+Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx, int64_t train_size) {
   const DataConfig& d = cfg.data;
-  if (d.source == "image_folder" || d.source == "list" || d.source == "shards") return image_loaders(cfg, defaults, ctx);
+  if (d.source == "image_folder" || d.source == "list" || d.source == "shards")
+    return image_loaders(cfg, defaults, ctx, train_size);
   Loaders out;
   InMemoryDataset train, eval;
   bool have_eval = false;
@@ -200,6 +203,7 @@ Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const Run
 
   MemoryLoaderOptions o;
   set_batch_options(o, cfg, defaults, ctx);
+  if (train_size > 0) o.image_size = train_size;
   o.crop = d.train_crop;
   o.crop_pad = d.crop_pad;
   const torch::Device data_device = d.on_gpu ? ctx.device : torch::Device(torch::kCPU);

@@ -24,8 +24,9 @@ struct Loaders {
   std::unique_ptr<Loader> eval;  // null without data.eval_split
 };
 // Checks what the data must agree on with the model (channels, labels) and builds both loaders; errors name the
-// key, file or sample.
-Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx);
+// key, file or sample. The training batches have the side train_size (0: data.image_size; progressive resizing
+// gives train_image_size of the epoch), the evaluation ones data.image_size.
+Loaders build_loaders(const Config& cfg, const DataDefaults& defaults, const RunContext& ctx, int64_t train_size = 0);
 
 // The dtype of the normalised batches the loaders give (data.dtype): auto is bfloat16 when training in bf16 on a
 // GPU, float32 otherwise; bfloat16 asked for on the CPU (where the model trains in float32) is an error.

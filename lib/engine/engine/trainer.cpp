@@ -85,7 +85,8 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
 
   // ---- data ----
   if (with_data) {
-    Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_);
+    train_size_ = train_image_size(cfg_.data, 0);
+    Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_, train_size_);
     train_loader_ = std::move(l.train);
     eval_loader_ = std::move(l.eval);
   }
@@ -657,6 +658,20 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
 }
 
 // model.safetensors (and model_ema.safetensors) in the run folder
+void Trainer::use_train_size(int64_t epoch) {
+  const int64_t size = train_image_size(cfg_.data, epoch);
+  if (size == train_size_) return;
+  if (ctx_.rank == 0)
+    log::info("epoch ", epoch + 1, ": training at ", size, " px (progressive resizing, from ", train_size_,
+              "; evaluation at ", cfg_.data.image_size, ")");
+  eval_loader_.reset();  // first: with data.decode auto it follows the training loader
+  train_loader_.reset();
+  Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_, size);
+  train_loader_ = std::move(l.train);
+  eval_loader_ = std::move(l.eval);
+  train_size_ = size;
+}
+
 void Trainer::save_final_weights() {
   save_weights(*model_, run_dir_->file("model.safetensors"),
                {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
@@ -728,6 +743,7 @@ FitResult Trainer::fit_epochs() {
   bool done = false;
   for (int64_t epoch = start_epoch_; epoch < epochs && !done; ++epoch) {
     const int64_t first_batch = epoch == start_epoch_ ? start_batch_ : 0;
+    use_train_size(epoch);
     train_loader_->set_epoch(epoch, first_batch);
     int64_t batch_in_epoch = first_batch;
     synchronize(ctx_.device);

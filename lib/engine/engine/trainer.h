@@ -90,6 +90,8 @@ class Trainer {
   // steps: the epoch's optimizer steps (et.steps counts its micro-batches)
   void report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps, double compute_s,
                     const std::string& eval_text);
+  // Progressive resizing: new loaders where the epoch's training side (train_image_size) differs from the last.
+  void use_train_size(int64_t epoch);
   void save_final_weights();
   void save_checkpoint(int64_t epoch, int64_t batch);
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
@@ -107,6 +109,7 @@ class Trainer {
   Precision precision_;
   Classifier model_;
   std::unique_ptr<Loader> train_loader_, eval_loader_;
+  int64_t train_size_ = 0;  // the training batches' side
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;  // data parallel: overlapped, bucketed gradient averaging
   std::unique_ptr<GradScaler> scaler_;
