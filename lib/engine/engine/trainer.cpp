@@ -716,7 +716,13 @@ FitResult Trainer::fit_epochs() {
 
   // ---- what the run reports: GPU-event step timing, MFU, progress bar, profiler ----
   StepTimer timer(ctx_.device);
-  const FlopsBudget flops = flops_budget(model_->flops_per_image(), ctx_.device, precision_ != Precision::fp32);
+  // the model's FLOPs at the training side (progressive resizing: convolutions scale with the pixel count)
+  auto budget_now = [&] {
+    const double side = static_cast<double>(train_size_ > 0 ? train_size_ : cfg_.data.image_size);
+    const double area = side * side / (static_cast<double>(cfg_.data.image_size) * cfg_.data.image_size);
+    return flops_budget(model_->flops_per_image() * area, ctx_.device, precision_ != Precision::fp32);
+  };
+  FlopsBudget flops = budget_now();
   const bool show_bar = ctx_.writer() && cfg_.run.progress != "never";
   ProgressBar bar(stderr, show_bar && cfg_.run.progress == "always");
   if (!show_bar) bar.done();
@@ -744,6 +750,7 @@ FitResult Trainer::fit_epochs() {
   for (int64_t epoch = start_epoch_; epoch < epochs && !done; ++epoch) {
     const int64_t first_batch = epoch == start_epoch_ ? start_batch_ : 0;
     use_train_size(epoch);
+    flops = budget_now();
     train_loader_->set_epoch(epoch, first_batch);
     int64_t batch_in_epoch = first_batch;
     synchronize(ctx_.device);
