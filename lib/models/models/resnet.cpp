@@ -115,10 +115,7 @@ torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
 }
 
 torch::Tensor ResNetImpl::forward_head(const torch::Tensor& f, bool pre_logits) {
-  torch::Tensor y = f.mean({2, 3});
-  if (opt_.drop_rate > 0) y = torch::dropout(y, opt_.drop_rate, is_training());
-  if (pre_logits) return y;
-  return opt_.num_classes > 0 ? fc_(y) : y;
+  return conv_layers::pooled_head(f, fc_, opt_.drop_rate, opt_.num_classes, is_training(), pre_logits);
 }
 
 void ResNetImpl::reset_classifier(int64_t num_classes) {

@@ -5,6 +5,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/functional/dropout.h>
 
 namespace trainer::conv_layers {
 
@@ -36,6 +38,15 @@ inline void init_weights(torch::nn::Module& m) {
       torch::nn::init::zeros_(b->bias);
     }
   }
+}
+
+// The head of both: global average pooling, dropout in training, fc (none with 0 classes or pre_logits).
+inline torch::Tensor pooled_head(const torch::Tensor& features, torch::nn::Linear& fc, double drop_rate,
+                                 int64_t num_classes, bool training, bool pre_logits) {
+  torch::Tensor y = features.mean({2, 3});
+  if (drop_rate > 0) y = torch::dropout(y, drop_rate, training);
+  if (pre_logits) return y;
+  return num_classes > 0 ? fc(y) : y;
 }
 
 }  // namespace trainer::conv_layers
