@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -59,6 +60,17 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
   const size_t got = n ? std::fread(buf.data(), 1, buf.size(), f) : 0;
   std::fclose(f);
   TRAINER_CHECK(got == buf.size(), path, ": short read");
+}
+
+// The training window `win` (full-resolution pixels) in a decode at 1/d whose pixel (0, 0) is pixel (ox, oy) of the
+// scaled image and which is (w x h), rounded to whole pixels inside it.
+Rect region_in_decode(const Rect& win, int d, int ox, int oy, int w, int h) {
+  Rect r;
+  r.x = std::clamp(static_cast<int>(std::lround(double(win.x) / d)) - ox, 0, w - 1);
+  r.y = std::clamp(static_cast<int>(std::lround(double(win.y) / d)) - oy, 0, h - 1);
+  r.w = std::min(std::max(1, static_cast<int>(std::lround(double(win.w) / d))), w - r.x);
+  r.h = std::min(std::max(1, static_cast<int>(std::lround(double(win.h) / d))), h - r.y);
+  return r;
 }
 
 }  // namespace
@@ -337,8 +349,7 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   bool flip = false;
   const Rect win = draw_window(w, h, &flip);  // evaluation: the centre crop's extent in the image
   const ResizeMap eval_full = eval ? eval_map(w, h, S, opt_.crop_pct) : ResizeMap{};
-  Rect region;
-  ResizeMap eval_decoded;
+  ResizeMap m;  // the resize, in the decoded image's pixels
   if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecodeOptions o;
     o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
@@ -347,33 +358,17 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     jpeg.decode(data, size, o, img, name);
     if (jpeg.last_decode_was_cut()) cut_.fetch_add(1);
     const int d = o.scale_denom;
-    if (eval) {
-      // the decoder returned the window rounded outwards to whole scaled pixels, from (x / d, y / d)
-      eval_decoded = map_into_decode(eval_full, d, o.crop ? o.window.x / d : 0, o.crop ? o.window.y / d : 0, img.width,
-                                     img.height);
-    } else if (o.crop) {
-      // the decoder returned the window rounded outwards to whole scaled pixels
-      const int x0 = win.x / d, y0 = win.y / d;
-      region = {static_cast<int>(std::lround(double(win.x) / d)) - x0,
-                static_cast<int>(std::lround(double(win.y) / d)) - y0, 0, 0};
-    } else {
-      region = {static_cast<int>(std::lround(double(win.x) / d)), static_cast<int>(std::lround(double(win.y) / d)), 0, 0};
-    }
-    region.w = std::max(1, static_cast<int>(std::lround(double(win.w) / d)));
-    region.h = std::max(1, static_cast<int>(std::lround(double(win.h) / d)));
-    region.x = std::clamp(region.x, 0, img.width - 1);
-    region.y = std::clamp(region.y, 0, img.height - 1);
-    region.w = std::min(region.w, img.width - region.x);
-    region.h = std::min(region.h, img.height - region.y);
+    // the decoder returned the window rounded outwards to whole scaled pixels, from (x / d, y / d)
+    const int ox = o.crop ? o.window.x / d : 0, oy = o.crop ? o.window.y / d : 0;
+    m = eval ? map_into_decode(eval_full, d, ox, oy, img.width, img.height)
+             : window_map(region_in_decode(win, d, ox, oy, img.width, img.height), S, S);
   } else {
     decode_png(data, size, img, name);
-    region = win;
-    eval_decoded = eval_full;
+    m = eval ? eval_full : window_map(win, S, S);
   }
   decode_ns_.fetch_add(ns_since(t0));
 
   t0 = Clock::now();
-  const ResizeMap m = eval ? eval_decoded : window_map(region, S, S);
   resize_rgb_mapped(img.pixels.data(), img.width, img.height, m, dst, S, S, S * 3, flip, filter);
   resize_ns_.fetch_add(ns_since(t0));
 }

@@ -657,7 +657,6 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
     log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
 }
 
-// model.safetensors (and model_ema.safetensors) in the run folder
 void Trainer::use_train_size(int64_t epoch) {
   const int64_t size = train_image_size(cfg_.data, epoch);
   if (size == train_size_) return;
@@ -672,6 +671,7 @@ void Trainer::use_train_size(int64_t epoch) {
   train_size_ = size;
 }
 
+// model.safetensors (and model_ema.safetensors) in the run folder
 void Trainer::save_final_weights() {
   save_weights(*model_, run_dir_->file("model.safetensors"),
                {{"model", cfg_.model.name}, {"num_classes", std::to_string(cfg_.model.num_classes)}});
@@ -722,7 +722,7 @@ FitResult Trainer::fit_epochs() {
     const double area = side * side / (static_cast<double>(cfg_.data.image_size) * cfg_.data.image_size);
     return flops_budget(model_->flops_per_image() * area, ctx_.device, precision_ != Precision::fp32);
   };
-  FlopsBudget flops = budget_now();
+  FlopsBudget flops;  // set at each epoch's start
   const bool show_bar = ctx_.writer() && cfg_.run.progress != "never";
   ProgressBar bar(stderr, show_bar && cfg_.run.progress == "always");
   if (!show_bar) bar.done();
