@@ -102,6 +102,50 @@ TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
       }
 }
 
+// A forked output (fused_batchnorm_forked: a block's output read by the next block's convolution and shortcut):
+// the backward sums the two outputs' gradients in its reduction. Against ATen in fp32 given dy + dy2, with the
+// tolerances of check_against_aten; and with one of the two outputs unused, against the other's gradient alone.
+void check_forked(const Shape& sh, torch::ScalarType dtype) {
+  const torch::Device dev(torch::kCUDA, 0);
+  torch::manual_seed(2);
+  auto cl = [&](torch::Tensor t) { return t.to(dev, dtype).contiguous(torch::MemoryFormat::ChannelsLast); };
+  const auto o32 = torch::TensorOptions().device(dev).dtype(torch::kFloat32);
+  const torch::Tensor x = cl(torch::randn({sh.n, sh.c, sh.h, sh.w}) * 2 + 0.5), z = cl(torch::randn(x.sizes()));
+  const torch::Tensor dy = cl(torch::randn(x.sizes())), dy2 = cl(torch::randn(x.sizes()));
+  const torch::Tensor w = torch::rand({sh.c}, o32) + 0.5, b = torch::randn({sh.c}, o32);
+  auto reference = [&](const torch::Tensor& g) {  // fp32 ATen: the input's and the residual's gradients
+    torch::Tensor xr = x.to(torch::kFloat32).requires_grad_(true), zr = z.to(torch::kFloat32).requires_grad_(true);
+    torch::Tensor rm = torch::zeros({sh.c}, o32), rv = torch::ones({sh.c}, o32);
+    (torch::batch_norm(xr, w, b, rm, rv, true, 0.1, 1e-5, false) + zr).relu().backward(g.to(torch::kFloat32));
+    return std::make_pair(xr.grad(), zr.grad());
+  };
+  for (const int used : {3, 1, 2}) {  // which outputs get a gradient: both, the first, the second
+    SCOPED_TRACE(testing::Message() << "outputs used: " << used);
+    torch::Tensor xf = x.detach().clone().requires_grad_(true), zf = z.detach().clone().requires_grad_(true);
+    torch::Tensor rm = torch::zeros({sh.c}, o32), rv = torch::ones({sh.c}, o32);
+    const auto [y1, y2] = fused_batchnorm_forked(xf, zf, w, b, rm, rv, 0.1, 1e-5, true, true, nullptr, /*fork=*/true);
+    EXPECT_TRUE(y1.data_ptr() == y2.data_ptr());  // one tensor's storage, not a copy
+    std::vector<torch::Tensor> outs, grads;
+    if (used & 1) outs.push_back(y1), grads.push_back(dy);
+    if (used & 2) outs.push_back(y2), grads.push_back(dy2);
+    torch::autograd::backward(outs, grads);
+    const torch::Tensor g = used == 3 ? dy.to(torch::kFloat32) + dy2.to(torch::kFloat32) : used == 1 ? dy : dy2;
+    const auto [dxr, dzr] = reference(g);
+    EXPECT_LT(test::rel_l2(xf.grad(), dxr), 2e-2);
+    EXPECT_LT(test::rel_l2(zf.grad(), dzr), 2e-2);
+  }
+}
+
+TEST(FusedBatchNorm, ForkedOutputSumsBothGradientsInItsBackward) {
+  REQUIRE_KERNELS();
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+    for (const Shape& sh : kShapes) {
+      SCOPED_TRACE(testing::Message() << test::name_of(dtype) << " " << sh.n << "x" << sh.c << "x" << sh.h << "x"
+                                      << sh.w);
+      check_forked(sh, dtype);
+    }
+}
+
 // SyncBatchNorm through the fused kernels (one all-reduce of per-channel sums each way). Two ranks holding the same
 // batch are one all-reduce that doubles: the statistics and the input gradient are those of the batch alone, the
 // parameter gradients this rank's, the running variance unbiased over both ranks' values (2M). With one rank (the
@@ -109,55 +153,60 @@ TEST(FusedBatchNorm, MatchesAtenInFp32OverTheResNet50Shapes) {
 TEST(FusedBatchNorm, SyncBatchNormSumsOverRanksWithoutHostSyncs) {
   REQUIRE_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
-  for (const int ranks : {1, 2}) {
-    SCOPED_TRACE(testing::Message() << ranks << " identical ranks");
-    torch::manual_seed(3);
-    const int64_t C = 32;
-    SyncableBatchNorm2d local(C), sync(C);
-    local->to(dev);
-    sync->to(dev);
-    set_fused_batchnorm(*local, FusedNorm::on);
-    set_fused_batchnorm(*sync, FusedNorm::on);
-    int calls = 0;
-    enable_sync_batchnorm(*sync, [&calls, ranks](torch::Tensor& t) {
-      ++calls;
-      t.mul_(ranks);
-    });
-    auto make = [&] {
-      return (torch::randn({8, C, 12, 12}, torch::TensorOptions().device(dev)) * 3 + 1)
-          .to(torch::kBFloat16)
-          .contiguous(torch::MemoryFormat::ChannelsLast);
-    };
-    const torch::Tensor x = make(), z = make(), dy = make();
-    torch::Tensor xl = x.detach().clone().requires_grad_(true), xs = x.detach().clone().requires_grad_(true);
-    torch::Tensor zl = z.detach().clone().requires_grad_(true), zs = z.detach().clone().requires_grad_(true);
-    const torch::Tensor yl = local->forward_act(xl, zl, true);
-    yl.backward(dy);
-    torch::cuda::synchronize();
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-    torch::Tensor ys;
-    try {
-      ys = sync->forward_act(xs, zs, true);
-      ys.backward(dy);
-    } catch (const std::exception& e) {
+  for (const int ranks : {1, 2})
+    for (const bool fork : {false, true}) {  // fork: a second gradient, summed in the first backward half
+      SCOPED_TRACE(testing::Message() << ranks << " identical ranks" << (fork ? ", forked output" : ""));
+      torch::manual_seed(3);
+      const int64_t C = 32;
+      SyncableBatchNorm2d local(C), sync(C);
+      local->to(dev);
+      sync->to(dev);
+      set_fused_batchnorm(*local, FusedNorm::on);
+      set_fused_batchnorm(*sync, FusedNorm::on);
+      int calls = 0;
+      enable_sync_batchnorm(*sync, [&calls, ranks](torch::Tensor& t) {
+        ++calls;
+        t.mul_(ranks);
+      });
+      auto make = [&] {
+        return (torch::randn({8, C, 12, 12}, torch::TensorOptions().device(dev)) * 3 + 1)
+            .to(torch::kBFloat16)
+            .contiguous(torch::MemoryFormat::ChannelsLast);
+      };
+      const torch::Tensor x = make(), z = make(), dy = make();
+      torch::Tensor xl = x.detach().clone().requires_grad_(true), xs = x.detach().clone().requires_grad_(true);
+      torch::Tensor zl = z.detach().clone().requires_grad_(true), zs = z.detach().clone().requires_grad_(true);
+      auto backward = [&](const std::pair<torch::Tensor, torch::Tensor>& y) {
+        if (fork) torch::autograd::backward({y.first, y.second}, {dy, dy * 0.5});
+        else y.first.backward(dy);
+      };
+      const auto yl = local->forward_act_forked(xl, zl, true, fork);
+      backward(yl);
+      torch::cuda::synchronize();
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+      std::pair<torch::Tensor, torch::Tensor> ys;
+      try {
+        ys = sync->forward_act_forked(xs, zs, true, fork);
+        backward(ys);
+      } catch (const std::exception& e) {
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+        FAIL() << "a host sync: " << e.what();
+      }
       c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-      FAIL() << "a host sync: " << e.what();
+      EXPECT_TRUE(sync->ran_fused());
+      EXPECT_EQ(calls, 2);  // statistics forward, gradient sums backward
+      // the same math but for the shift of the sums (the running mean here, the first row locally): bf16 roundings
+      EXPECT_LT(test::rel_l2(ys.first, yl.first), 1e-2);
+      EXPECT_LT(test::rel_l2(xs.grad(), xl.grad()), 1e-2);
+      EXPECT_LT(test::rel_l2(zs.grad(), zl.grad()), 1e-2);
+      EXPECT_LT(test::rel_l2(sync->weight.grad(), local->weight.grad()), 1e-4);
+      EXPECT_LT(test::rel_l2(sync->bias.grad(), local->bias.grad()), 1e-4);
+      EXPECT_LT(test::rel_l2(sync->running_mean, local->running_mean), 1e-5);
+      const double n = static_cast<double>(ranks) * x.numel() / C;
+      const torch::Tensor var = x.to(torch::kFloat64).transpose(0, 1).reshape({C, -1}).var(1, /*unbiased=*/false);
+      EXPECT_LT(test::rel_l2(sync->running_var, 0.9 + 0.1 * var * (n / (n - 1))), 1e-5);
+      EXPECT_EQ(sync->num_batches_tracked.item<int64_t>(), 1);
     }
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    EXPECT_TRUE(sync->ran_fused());
-    EXPECT_EQ(calls, 2);  // statistics forward, gradient sums backward
-    // the same math but for the shift of the sums (the running mean here, the first row locally): bf16 roundings
-    EXPECT_LT(test::rel_l2(ys, yl), 1e-2);
-    EXPECT_LT(test::rel_l2(xs.grad(), xl.grad()), 1e-2);
-    EXPECT_LT(test::rel_l2(zs.grad(), zl.grad()), 1e-2);
-    EXPECT_LT(test::rel_l2(sync->weight.grad(), local->weight.grad()), 1e-4);
-    EXPECT_LT(test::rel_l2(sync->bias.grad(), local->bias.grad()), 1e-4);
-    EXPECT_LT(test::rel_l2(sync->running_mean, local->running_mean), 1e-5);
-    const double n = static_cast<double>(ranks) * x.numel() / C;
-    const torch::Tensor var = x.to(torch::kFloat64).transpose(0, 1).reshape({C, -1}).var(1, /*unbiased=*/false);
-    EXPECT_LT(test::rel_l2(sync->running_var, 0.9 + 0.1 * var * (n / (n - 1))), 1e-5);
-    EXPECT_EQ(sync->num_batches_tracked.item<int64_t>(), 1);
-  }
 }
 
 #ifdef TRAINER_WITH_KERNELS
@@ -197,15 +246,21 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
         kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, s);
       });
       const double backward_relu = test::device_ms([&] {  // bn1/bn2: the mask from x, no dz
-        kernels::bn_backward(dy.data_ptr(), nullptr, x.data_ptr(), dx.data_ptr(), nullptr, dt, M, C,
+        kernels::bn_backward(dy.data_ptr(), nullptr, nullptr, x.data_ptr(), dx.data_ptr(), nullptr, dt, M, C,
                              w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
                              ws.data_ptr<float>(), s);
       });
       const double backward = test::device_ms([&] {
-        kernels::bn_backward(dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M, C,
-                             w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
+        kernels::bn_backward(dy.data_ptr(), nullptr, y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M,
+                             C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
                              ws.data_ptr<float>(), s);
       });
+      const double backward_two = test::device_ms([&] {  // a forked output: the second gradient read too
+        kernels::bn_backward(dy.data_ptr(), z.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(),
+                             dt, M, C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C,
+                             p + 5 * C, ws.data_ptr<float>(), s);
+      });
+      const double add = test::device_ms([&] { torch::add_out(dx, dy, z); });  // what the fork saves
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const double unit = static_cast<double>(x.numel()) * x.element_size();  // one pass over a tensor, bytes
       auto tbs = [&](double units, double ms) { return units * unit / ms * 1e-9; };
@@ -220,10 +275,12 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       fused_sum += sh.in_resnet50 * fused;
       aten_sum += sh.in_resnet50 * aten;
       std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s, backward %.3f ms "
-                  "%.2f TB/s (ReLU alone %.3f ms %.2f TB/s); fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
+                  "%.2f TB/s (ReLU alone %.3f ms %.2f TB/s; two gradients %.3f ms %.2f TB/s against add %.3f ms + "
+                  "backward); fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
                   test::name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
                   static_cast<long long>(sh.h), static_cast<long long>(sh.w), stats, tbs(1, stats), apply,
-                  tbs(3, apply), backward, tbs(7, backward), backward_relu, tbs(5, backward_relu), fused, tbs(11, fused), aten, aten / fused);
+                  tbs(3, apply), backward, tbs(7, backward), backward_relu, tbs(5, backward_relu), backward_two,
+                  tbs(8, backward_two), add, fused, tbs(11, fused), aten, aten / fused);
     }
     std::printf("  %s, ResNet-50's 53 layers at batch 256 (with add + ReLU): fused %.2f ms, ATen %.2f ms a step\n",
                 test::name_of(dtype), fused_sum, aten_sum);

@@ -75,10 +75,8 @@ template <auto Kernel> Tile tile_for(int64_t M, int64_t C, int vec) { return til
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-int pick_vec(int64_t C, const void* a, const void* b = nullptr, const void* c = nullptr, const void* d = nullptr,
-             const void* e = nullptr) {
-  return C % kMaxVec == 0 && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e) ? kMaxVec
-                                                                                                         : 1;
+template <typename... P> int pick_vec(int64_t C, const P*... p) {
+  return C % kMaxVec == 0 && (aligned16(p) && ...) ? kMaxVec : 1;
 }
 
 // ---- reductions ----
@@ -99,16 +97,16 @@ __device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const
 }
 
 // One row's contribution. Statistics (BWD = false): a += x - k, b += (x - k)^2 with k the first row. Gradient sums
-// (BWD = true): g = dy masked as MASK says; a += g, b += g * (x - k) with k the mean; g stored to g_out when
-// STORE_G (the residual branch's gradient, which the elementwise pass then reads instead of dy and y).
-template <typename T, int VEC, bool BWD, int MASK, bool STORE_G>
-__device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& y,
-                                           const float* k, const float* sc, const float* sf, float* a, float* b,
-                                           T* g_out) {
+// (BWD = true): g = dy (+ dy2 when DY2) masked as MASK says; a += g, b += g * (x - k) with k the mean; g stored to
+// g_out when STORE_G (the residual branch's gradient, which the elementwise pass then reads instead of dy and y).
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
+__device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& dy2,
+                                           const Pack<T, VEC>& y, const float* k, const float* sc, const float* sf,
+                                           float* a, float* b, T* g_out) {
   float g[VEC];
   if constexpr (BWD) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) g[i] = to_f(dy.v[i]);
+    for (int i = 0; i < VEC; ++i) g[i] = DY2 ? to_f(dy.v[i]) + to_f(dy2.v[i]) : to_f(dy.v[i]);
     mask_grad<T, VEC, MASK>(g, y, x, sc, sf);
   }
 #pragma unroll
@@ -139,9 +137,10 @@ __device__ __forceinline__ void load_mask_coef(const float* scale, const float* 
 
 // partial: [2][grid.y][C], the block's sums a and b over its rows. mean: the shift k of the gradient sums, and of
 // the statistics where given (else the first row)
-template <typename T, int VEC, bool BWD, int MASK, bool STORE_G>
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
-                                                          const T* __restrict__ y, const float* __restrict__ mean,
+                                                          const T* __restrict__ dy2, const T* __restrict__ y,
+                                                          const float* __restrict__ mean,
                                                           const float* __restrict__ scale,
                                                           const float* __restrict__ shift, int64_t M, int C,
                                                           float* __restrict__ partial, T* __restrict__ g_out) {
@@ -167,26 +166,28 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
     }
     const Rows rows;
     int64_t r = rows.first;
-    Pack<T, VEC> px[kUnroll], pg[kUnroll], py[kUnroll];
+    Pack<T, VEC> px[kUnroll], pg[kUnroll], pg2[kUnroll], py[kUnroll];
     for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t o = (r + u * rows.step) * C + c0;
         px[u] = load<T, VEC>(x + o);
         if constexpr (BWD) pg[u] = load<T, VEC>(dy + o);
+        if constexpr (DY2) pg2[u] = load<T, VEC>(dy2 + o);
         if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        accumulate<T, VEC, BWD, MASK, STORE_G>(px[u], pg[u], py[u], k, sc, sf, a, b,
-                                               g_out + (r + u * rows.step) * C + c0);
+        accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[u], pg[u], pg2[u], py[u], k, sc, sf, a, b,
+                                                    g_out + (r + u * rows.step) * C + c0);
     }
     for (; r < M; r += rows.step) {
       const int64_t o = r * C + c0;
       px[0] = load<T, VEC>(x + o);
       if constexpr (BWD) pg[0] = load<T, VEC>(dy + o);
+      if constexpr (DY2) pg2[0] = load<T, VEC>(dy2 + o);
       if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
-      accumulate<T, VEC, BWD, MASK, STORE_G>(px[0], pg[0], py[0], k, sc, sf, a, b, g_out + o);
+      accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[0], pg[0], pg2[0], py[0], k, sc, sf, a, b, g_out + o);
     }
   }
   const int slot = (ty * TX + tx) * VEC;
@@ -447,27 +448,25 @@ template <int V> using IntC = std::integral_constant<int, V>;
 
 // the backward's pointers (see bn_backward)
 template <typename T> struct BwdArgs {
-  const T *dy, *y, *x;
+  const T *dy, *dy2, *y, *x;
   T *dx, *dz;
   const float *weight, *mean, *invstd, *scale, *shift;
   float *dweight, *dbias, *workspace;
 };
 
 // f(IntC<VEC>) with the widest VEC the channels and pointers allow
-template <typename F>
-void with_vec(int64_t C, F&& f, const void* a, const void* b = nullptr, const void* c = nullptr,
-              const void* d = nullptr, const void* e = nullptr) {
-  if (pick_vec(C, a, b, c, d, e) == kMaxVec) f(IntC<kMaxVec>{});
+template <typename F, typename... P> void with_vec(int64_t C, F&& f, const P*... p) {
+  if (pick_vec(C, p...) == kMaxVec) f(IntC<kMaxVec>{});
   else f(IntC<1>{});
 }
 
 // The statistics' reduction, shifted by k (null: the first row), into the workspace's partials; returns the grid
 template <typename T, int VEC>
 Tile stats_reduce(const T* x, const float* k, int64_t M, int64_t C, float* workspace, cudaStream_t s) {
-  constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false>;
+  constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false, false>;
   const Tile t = tile_for<kernel>(M, C, VEC);
-  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, k, nullptr, nullptr, M, static_cast<int>(C), workspace,
-                                    nullptr);
+  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, k, nullptr, nullptr, M, static_cast<int>(C),
+                                    workspace, nullptr);
   return t;
 }
 
@@ -512,16 +511,24 @@ void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
         else if (mask == kMaskX) dz(IntC<kMaskX>{});
         else dz(IntC<kNoMask>{});
       },
-      a.dy, a.y, a.x, a.dx, a.dz);
+      a.dy, a.dy2, a.y, a.x, a.dx, a.dz);
 }
 
+template <typename T, int VEC, bool DZ, int MASK, bool DY2>
+Tile backward_reduce_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
+  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG, DY2>;
+  const Tile t = tile_for<reduce>(M, C, VEC);
+  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.dy2, a.y, a.mean, a.scale, a.shift, M, static_cast<int>(C),
+                                    a.workspace, a.dz);
+  return t;
+}
+
+// the second gradient is read only where the reduction stores g (the elementwise pass then reads g alone)
 template <typename T, int VEC, bool DZ, int MASK>
 Tile backward_reduce(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
-  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG>;
-  const Tile t = tile_for<reduce>(M, C, VEC);
-  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.y, a.mean, a.scale, a.shift, M, static_cast<int>(C), a.workspace,
-                                    a.dz);
-  return t;
+  if constexpr (BackwardPlan<MASK, DZ>::kStoreG)
+    if (a.dy2) return backward_reduce_launch<T, VEC, DZ, MASK, true>(a, M, C, s);
+  return backward_reduce_launch<T, VEC, DZ, MASK, false>(a, M, C, s);
 }
 
 template <typename T, int VEC, bool DZ, int MASK>
@@ -533,13 +540,16 @@ void backward_elementwise(const BwdArgs<T>& a, const float* coef, int64_t M, int
                                     a.mean, a.scale, a.shift);
 }
 
-template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* y, const void* x, void* dx, void* dz,
-                                         const float* weight, const float* mean, const float* invstd,
+template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* dy2, const void* y, const void* x, void* dx,
+                                         void* dz, const float* weight, const float* mean, const float* invstd,
                                          const float* scale, const float* shift, float* dweight, float* dbias,
                                          float* workspace) {
-  return {static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x), static_cast<T*>(dx),
-          static_cast<T*>(dz), weight, mean, invstd, scale, shift, dweight, dbias, workspace};
+  return {static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), static_cast<const T*>(x),
+          static_cast<T*>(dx), static_cast<T*>(dz), weight, mean, invstd, scale, shift, dweight, dbias, workspace};
 }
+
+// where a second gradient can be read: the case whose reduction stores the masked gradient (ReLU with y, dz)
+bool dy2_fits(const void* dy2, const void* y, const void* dz, bool relu) { return !dy2 || (relu && y && dz); }
 
 // f(T*) with T the element type of dt (a null pointer of it, for the type)
 template <typename F> void with_type(HalfType dt, F&& f) {
@@ -613,14 +623,16 @@ cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt, int64_t M,
-                        int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
+cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const void* x, void* dx, void* dz, HalfType dt,
+                        int64_t M, int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
                         const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
                         float* workspace, cudaStream_t stream) {
   if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;  // no way to know the ReLU's mask
+  if (!dy2_fits(dy2, y, dz, relu)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, dweight, dbias, workspace);
+    const auto a =
+        bwd_args<T>(dy, dy2, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, dweight, dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       constexpr int V = decltype(vec)::value, K = decltype(mask)::value;
       constexpr bool D = decltype(has_dz)::value;
@@ -635,15 +647,16 @@ cudaError_t bn_backward(const void* dy, const void* y, const void* x, void* dx, 
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward_sums(const void* dy, const void* y, const void* x, void* dz, HalfType dt, int64_t M, int64_t C,
-                             const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
-                             bool relu, float* dweight, float* dbias, double* sums, float* workspace,
-                             cudaStream_t stream) {
+cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const void* x, void* dz, HalfType dt,
+                             int64_t M, int64_t C, const float* save_mean, const float* save_invstd,
+                             const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
+                             double* sums, float* workspace, cudaStream_t stream) {
   if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
+  if (!dy2_fits(dy2, y, dz, relu)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, y, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift, dweight, dbias,
-                               workspace);
+    const auto a = bwd_args<T>(dy, dy2, y, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift, dweight,
+                               dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       const Tile t = backward_reduce<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
           a, M, C, stream);
@@ -662,8 +675,8 @@ cudaError_t bn_backward_from_sums(const void* dy, const void* y, const void* x, 
   if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, nullptr, nullptr,
-                               workspace);
+    const auto a = bwd_args<T>(dy, nullptr, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, nullptr,
+                               nullptr, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       float* coef = workspace;  // the partials are spent
       coef_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(

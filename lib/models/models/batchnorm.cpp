@@ -27,7 +27,9 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 
 }  // namespace
 
-torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
+std::pair<torch::Tensor, torch::Tensor> SyncableBatchNorm2dImpl::forward_act_forked(const torch::Tensor& x,
+                                                                                   const torch::Tensor& z, bool relu,
+                                                                                   bool fork) {
   // auto leaves SyncBatchNorm to ATen's ops until its fused path has been measured on GPUs; on fuses it too
   const bool fuse = (!all_reduce_ || fused_ == FusedNorm::on) && options.affine() && options.track_running_stats() &&
                     options.momentum().has_value() && fused_batchnorm_applies(x, is_training(), fused_) &&
@@ -38,13 +40,14 @@ torch::Tensor SyncableBatchNorm2dImpl::forward_act(const torch::Tensor& x, const
       torch::NoGradGuard ng;
       num_batches_tracked.add_(1);
     }
-    return fused_batchnorm(x, z.defined() ? z.contiguous(torch::MemoryFormat::ChannelsLast) : z, weight, bias,
-                           running_mean, running_var, *options.momentum(), options.eps(), is_training(), relu,
-                           all_reduce_ && is_training() ? &all_reduce_ : nullptr);
+    return fused_batchnorm_forked(x, z.defined() ? z.contiguous(torch::MemoryFormat::ChannelsLast) : z, weight, bias,
+                                  running_mean, running_var, *options.momentum(), options.eps(), is_training(), relu,
+                                  all_reduce_ && is_training() ? &all_reduce_ : nullptr, fork);
   }
   torch::Tensor y = forward_unfused(x);
   if (z.defined()) y.add_(z);
-  return relu ? y.relu_() : y;
+  if (relu) y.relu_();
+  return {y, y};
 }
 
 torch::Tensor SyncableBatchNorm2dImpl::forward_unfused(const torch::Tensor& x) {

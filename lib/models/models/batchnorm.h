@@ -22,7 +22,13 @@ class SyncableBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   torch::Tensor forward(const torch::Tensor& x) { return forward_act(x, torch::Tensor(), /*relu=*/false); }
   // relu?(batch_norm(x) + z), z undefined for none: the fused kernels (with the sum over ranks too) where
   // fused_batchnorm_applies under set_fused's policy (models/fused_batchnorm.h), else ATen's batch norm, add, ReLU.
-  torch::Tensor forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu);
+  torch::Tensor forward_act(const torch::Tensor& x, const torch::Tensor& z, bool relu) {
+    return forward_act_forked(x, z, relu, /*fork=*/false).first;
+  }
+  // The same output for two consumers; where fused with fork, two autograd uses whose gradients the backward sums
+  // in its own reduction (fused_batchnorm_forked), else the output twice.
+  std::pair<torch::Tensor, torch::Tensor> forward_act_forked(const torch::Tensor& x, const torch::Tensor& z, bool relu,
+                                                             bool fork);
   void set_all_reduce(AllReduceFn fn) { all_reduce_ = std::move(fn); }
   void set_fused(FusedNorm policy) { fused_ = policy; }
   // Whether the last forward ran the fused kernels.

@@ -29,10 +29,11 @@ double* f64(const torch::Tensor& t) { return t.data_ptr<double>(); }
 const AllReduceFn* all_reduce_of(int64_t address) { return reinterpret_cast<const AllReduceFn*>(address); }
 
 struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
-  // z: the residual, or an empty tensor for none; sync: the address of an AllReduceFn (SyncBatchNorm) or 0
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
+  // z: the residual, or an empty tensor for none; sync: the address of an AllReduceFn (SyncBatchNorm) or 0; fork:
+  // y is returned twice (see fused_batchnorm_forked)
+  static variable_list forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
                                torch::Tensor bias, torch::Tensor running_mean, torch::Tensor running_var,
-                               double momentum, double eps, bool relu, int64_t sync) {
+                               double momentum, double eps, bool relu, int64_t sync, bool fork) {
     const int64_t C = x.size(1), M = x.numel() / C;
     const auto f = x.options().dtype(torch::kFloat32);
     torch::Tensor y = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
@@ -66,7 +67,24 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["has_z"] = has_z;
     ctx->saved_data["sync"] = sync;
-    return y;
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, not a tensor of zeros
+    if (!fork) return {y};
+    // the second use: the same storage, not a view of y (autograd gives each output its own gradient)
+    torch::Tensor y2 = torch::empty({0}, y.options()).set_(y);
+    return {y, y2};
+  }
+
+  // dy and dy2: the outputs' gradients in x's dtype and layout (either may be undefined; if both are, y was unused);
+  // dy2 stays separate only where the kernels read it (they sum it in their reduction)
+  static std::pair<torch::Tensor, torch::Tensor> output_grads(const variable_list& grads, const torch::Tensor& x,
+                                                              bool kernels_read_dy2) {
+    auto prepare = [&](const torch::Tensor& g) {
+      return g.defined() ? g.to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast) : g;
+    };
+    torch::Tensor dy = prepare(grads[0]), dy2 = grads.size() > 1 ? prepare(grads[1]) : torch::Tensor();
+    if (!dy.defined()) return {dy2, torch::Tensor()};
+    if (dy2.defined() && !kernels_read_dy2) return {dy + dy2, torch::Tensor()};
+    return {dy, dy2};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -75,7 +93,9 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
                         &scale = saved[5], &shift = saved[6], &count = saved[7];
     const bool relu = ctx->saved_data["relu"].toBool(), has_z = ctx->saved_data["has_z"].toBool();
     const int64_t sync = ctx->saved_data["sync"].toInt();
-    const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(torch::MemoryFormat::ChannelsLast);
+    const auto [dy, dy2] = output_grads(grads, x, relu && has_z);
+    if (!dy.defined()) return variable_list(11);
+    const void* dy2p = dy2.defined() ? dy2.data_ptr() : nullptr;
     const int64_t C = x.size(1), M = x.numel() / C;
     const auto f = x.options().dtype(torch::kFloat32);
     torch::Tensor dx = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
@@ -87,7 +107,7 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     const cudaStream_t s = stream_of(x);
     if (sync) {  // dx from the gradient sums over ranks; dweight, dbias this rank's (DDP sums them)
       torch::Tensor sums = torch::empty({2 * C}, x.options().dtype(torch::kFloat64));
-      check(kernels::bn_backward_sums(dy.data_ptr(), yp, x.data_ptr(), dzp, dtype_of(x), M, C, f32(mean), f32(invstd),
+      check(kernels::bn_backward_sums(dy.data_ptr(), dy2p, yp, x.data_ptr(), dzp, dtype_of(x), M, C, f32(mean), f32(invstd),
                                       f32(scale), f32(shift), relu, f32(dweight), f32(dbias), f64(sums), f32(ws), s),
             "local gradient sums");
       (*all_reduce_of(sync))(sums);
@@ -96,13 +116,13 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
                                            f64(count), f32(ws), s),
             "backward over ranks");
     } else {
-      check(kernels::bn_backward(dy.data_ptr(), yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C, f32(weight),
+      check(kernels::bn_backward(dy.data_ptr(), dy2p, yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C, f32(weight),
                                  f32(mean), f32(invstd), f32(scale), f32(shift), relu, f32(dweight), f32(dbias),
                                  f32(ws), s),
             "backward");
     }
     return {dx,       dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -133,18 +153,24 @@ bool fused_batchnorm_applies(const torch::Tensor& x, bool training, FusedNorm po
   return !(torch::GradMode::is_enabled() && x.requires_grad());
 }
 
-torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
-                              const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
-                              double momentum, double eps, bool training, bool relu, const AllReduceFn* all_reduce) {
+std::pair<torch::Tensor, torch::Tensor> fused_batchnorm_forked(const torch::Tensor& x, const torch::Tensor& z,
+                                                               const torch::Tensor& weight, const torch::Tensor& bias,
+                                                               torch::Tensor& running_mean,
+                                                               torch::Tensor& running_var, double momentum,
+                                                               double eps, bool training, bool relu,
+                                                               const AllReduceFn* all_reduce, bool fork) {
 #ifdef TRAINER_WITH_KERNELS
   TRAINER_CHECK(weight.scalar_type() == torch::kFloat32 && running_mean.scalar_type() == torch::kFloat32,
                 "fused batch norm: parameters and running statistics must be float32");
   TRAINER_CHECK(!z.defined() || (z.sizes() == x.sizes() && z.scalar_type() == x.scalar_type() &&
                                  z.is_contiguous(torch::MemoryFormat::ChannelsLast)),
                 "fused batch norm: the residual must have the input's shape, dtype and channels_last layout");
-  if (training)  // autograd functions take defined tensors only: no residual is an empty one
-    return FusedBatchNorm::apply(x, z.defined() ? z : x.new_empty({0}), weight, bias, running_mean, running_var,
-                                 momentum, eps, relu, static_cast<int64_t>(reinterpret_cast<intptr_t>(all_reduce)));
+  if (training) {  // autograd functions take defined tensors only: no residual is an empty one
+    const variable_list y =
+        FusedBatchNorm::apply(x, z.defined() ? z : x.new_empty({0}), weight, bias, running_mean, running_var, momentum,
+                              eps, relu, static_cast<int64_t>(reinterpret_cast<intptr_t>(all_reduce)), fork);
+    return {y[0], fork ? y[1] : y[0]};
+  }
   const int64_t C = x.size(1), M = x.numel() / C;
   const auto f = x.options().dtype(torch::kFloat32);
   torch::Tensor scale = torch::empty({C}, f), shift = torch::empty({C}, f);
@@ -156,10 +182,18 @@ torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, co
   check(kernels::bn_apply(x.data_ptr(), z.defined() ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
                           f32(scale), f32(shift), relu, s),
         "eval apply");
-  return y;
+  return {y, y};
 #else
   TRAINER_FAIL("fused batch norm: this build has no CUDA kernels of its own (no nvcc)");
 #endif
+}
+
+torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
+                              const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
+                              double momentum, double eps, bool training, bool relu, const AllReduceFn* all_reduce) {
+  return fused_batchnorm_forked(x, z, weight, bias, running_mean, running_var, momentum, eps, training, relu,
+                                all_reduce, /*fork=*/false)
+      .first;
 }
 
 }  // namespace trainer

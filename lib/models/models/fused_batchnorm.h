@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace trainer {
 
@@ -32,5 +33,16 @@ torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, co
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
                               double momentum, double eps, bool training, bool relu,
                               const AllReduceFn* all_reduce = nullptr);
+
+// The same, returning y twice for two consumers (a block's output feeds the next block's convolution and its
+// shortcut): in training with fork, as two autograd outputs sharing y's storage, so that the backward receives
+// their gradients apart and its reduction sums them instead of autograd's separate add (two passes over y's size
+// fewer); without fork, or in evaluation, y and y.
+std::pair<torch::Tensor, torch::Tensor> fused_batchnorm_forked(const torch::Tensor& x, const torch::Tensor& z,
+                                                               const torch::Tensor& weight, const torch::Tensor& bias,
+                                                               torch::Tensor& running_mean,
+                                                               torch::Tensor& running_var, double momentum,
+                                                               double eps, bool training, bool relu,
+                                                               const AllReduceFn* all_reduce, bool fork);
 
 }  // namespace trainer

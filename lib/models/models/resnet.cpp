@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <tuple>
+
 #include "core/check.h"
 #include "models/internal/conv_layers.h"
 #include "models/max_pool.h"
@@ -43,16 +45,18 @@ ResBlockImpl::ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, boo
   }
 }
 
-torch::Tensor ResBlockImpl::forward(const torch::Tensor& x) {
+std::pair<torch::Tensor, torch::Tensor> ResBlockImpl::forward_forked(const torch::Tensor& x,
+                                                                     const torch::Tensor& x_shortcut, bool fork) {
   torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
   if (bottleneck_) y = bn2_->forward_act(conv2_(y), torch::Tensor(), /*relu=*/true);
   SyncableBatchNorm2d& last = bottleneck_ ? bn3_ : bn2_;
   torch::Tensor pre = (bottleneck_ ? conv3_ : conv2_)(y);
-  torch::Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
+  torch::Tensor shortcut = downsample_ ? downsample_->forward(x_shortcut) : x_shortcut;
   // the last norm, the residual add and the ReLU in one pass, unless drop-path scales the branch in between
-  if (drop_path_ == 0 || !is_training()) return last->forward_act(pre, shortcut, /*relu=*/true);
+  if (drop_path_ == 0 || !is_training()) return last->forward_act_forked(pre, shortcut, /*relu=*/true, fork);
   y = drop_path(last(pre), drop_path_, is_training());
-  return y.add_(shortcut).relu_();
+  y = y.add_(shortcut).relu_();
+  return {y, y};
 }
 
 void ResBlockImpl::zero_init_last() {
@@ -110,7 +114,10 @@ torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
   torch::Tensor stem = opt_.small_stem ? conv1_(x) : stem_conv(x, conv1_->weight, 2, 3, opt_.stem_fp16);
   torch::Tensor y = bn1_->forward_act(stem, torch::Tensor(), /*relu=*/true);
   if (!opt_.small_stem) y = max_pool2d_nhwc(y, /*k=*/3, /*s=*/2, /*p=*/1, opt_.fused_norm);
-  for (auto& b : blocks_) y = b->forward(y);
+  // each block's output reaches the next block twice (convolution, shortcut): see ResBlockImpl::forward_forked
+  torch::Tensor y_shortcut = y;
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    std::tie(y, y_shortcut) = blocks_[i]->forward_forked(y, y_shortcut, /*fork=*/i + 1 < blocks_.size());
   return y;
 }
 

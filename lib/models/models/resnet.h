@@ -33,7 +33,12 @@ class ResBlockImpl : public torch::nn::Module {
  public:
   ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool bottleneck, int64_t groups,
                int64_t base_width, double drop_path);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x) { return forward_forked(x, x, /*fork=*/false).first; }
+  // The block on an input given twice, once for the residual branch and once for the shortcut (the same values:
+  // the previous block's forked output), returning its output the same way where `fork` (the next block reads it
+  // twice), so that the fused batch norms sum the two gradients in their backward.
+  std::pair<torch::Tensor, torch::Tensor> forward_forked(const torch::Tensor& x, const torch::Tensor& x_shortcut,
+                                                         bool fork);
   void zero_init_last();
   int64_t out_channels() const { return out_channels_; }
   double flops(int64_t h_in, int64_t w_in) const;  // forward FLOPs for an (h_in, w_in) input
