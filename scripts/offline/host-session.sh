@@ -6,7 +6,8 @@
 #   fusedbn (the fused batch-norm and max-pool harnesses and GPU tests, ResNet-50 bf16 and fp16 against eager and
 #     torch.compile; UNFUSED=1 adds model.fused_norm off)
 #   bnprof (ResNet-50 bf16 steps profiled fused, with model.fused_norm off, and PyTorch under torch.compile)
-#   vitprof (where ViT-B's step goes, trainer against PyTorch eager)
+#   fusedln (the fused add + LayerNorm GPU tests, ViT-B bf16 against PyTorch eager, torch.compile and fused_norm off)
+#   vitprof (where ViT-B's step goes, trainer against PyTorch eager; VS_COMPILE=1: against torch.compile)
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
@@ -75,7 +76,8 @@ PY
       --set data.synthetic_samples=8192 --set train.epochs=1 --set train.max_steps=24 --set data.eval_split= \
       --set train.eval_interval=0 --set checkpoint.every_epoch=false --set run.out_dir="$out/vit" --set run.name=r \
       --profile 20:22 > "$out/vit.log" 2>&1 || tail -20 "$out/vit.log"
-    python3 scripts/profile_pytorch.py --model vit_base_patch16_224 --out "$out/vit_pytorch_trace.json"
+    python3 scripts/profile_pytorch.py --model vit_base_patch16_224 ${VS_COMPILE:+--compile} \
+      --out "$out/vit_pytorch_trace.json"
     python3 scripts/kernel_table.py "$out/vit/r/trace.json" "$out/vit_pytorch_trace.json" --top 30 \
       | tee "$out/vit_kernels.txt"
     ;;
@@ -114,6 +116,14 @@ PY
         scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
       scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
     done
+    ;;
+  fusedln)  # issue 25: the fused add + LayerNorm GPU tests, then ViT-B/16 bf16 against PyTorch eager and torch.compile
+    # in this call and with model.fused_norm off
+    stdbuf -oL build/tests/models/models_gpu_test --gtest_filter='FusedLayerNorm.*' > "$out/fused_ln_test.log" 2>&1
+    grep -E " ms|OK \]|FAILED|Failure" "$out/fused_ln_test.log" | head -40
+    SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused \
+      scripts/bench.sh "$out/bench" vit_base_patch16_224 bf16 2>&1 | tail -1
+    scripts/bench.sh "$out/bench" vit_base_patch16_224 bf16 2>&1 | tail -1
     ;;
   bnprof)  # where ResNet-50 bf16's step goes: fused batch norm against off, and against torch.compile (2 steps each;
     # runs and traces stay in /tmp/bnprof, too large to come back)

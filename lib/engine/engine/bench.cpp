@@ -100,8 +100,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
                    {"accum_steps", k},
                    {"data", pipeline ? "pipeline: " + cfg.data.source + " " + cfg.data.root + "/" + cfg.data.train_split
                                      : std::string("synthetic, resident on the device")}};
-  const auto fused = fused_batchnorm_layers(*t.model());
-  if (fused.second > 0) j["fused_norm"] = str_cat(fused.first, " of ", fused.second, " batch-norm layers fused");
+  const auto fused = t.model()->fused_norm_layers();
+  if (fused.second > 0) j["fused_norm"] = str_cat(fused.first, " of ", fused.second, " norm layers fused");
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
   if (pipeline) {

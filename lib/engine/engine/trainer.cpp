@@ -786,13 +786,13 @@ FitResult Trainer::fit_epochs() {
       if (!stepped) continue;
       ++steps_epoch;
       if (step_ == step_at_start + 1 && ctx_.writer() && ctx_.device.is_cuda()) {  // once: which norm ran
-        const auto fused = fused_batchnorm_layers(*model_);
+        const auto fused = model_->fused_norm_layers();
         if (fused.second > 0)
           log::info("model.fused_norm ", cfg_.model.fused_norm, ": ", fused.first, " of ", fused.second,
-                    " batch-norm layers ran trainer's fused kernels",
+                    " norm layers ran trainer's fused kernels",
                     fused.first < fused.second
-                        ? " (the others: ATen's; fused needs CUDA, channels_last, bf16 or fp16, and fused_norm on "
-                          "with sync_bn)"
+                        ? " (the others: ATen's; fused needs CUDA, bf16 or fp16, channels_last for batch norm, and "
+                          "fused_norm on with sync_bn)"
                         : "");
       }
       if (step_ % cfg_.run.log_interval == 0) {

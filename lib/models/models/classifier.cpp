@@ -4,7 +4,11 @@
 
 #include <cmath>
 
+#include "models/batchnorm.h"
+
 namespace trainer {
+
+std::pair<int, int> ClassifierImpl::fused_norm_layers() { return fused_batchnorm_layers(*this); }
 
 int64_t ClassifierImpl::parameter_count() const {
   int64_t n = 0;

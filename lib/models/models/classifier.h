@@ -40,6 +40,9 @@ class ClassifierImpl : public torch::nn::Module {
   virtual DataDefaults data_defaults() const = 0;
   // Adapts incoming weights before loading (e.g. ViT resizes pos_embed to this model's grid).
   virtual void adapt_state_dict(std::vector<std::pair<std::string, torch::Tensor>>& tensors) const {}
+  // model.fused_norm: how many of the model's norm layers ran trainer's fused kernels in the last forward, and how
+  // many there are (batch norms by default).
+  virtual std::pair<int, int> fused_norm_layers();
 
   int64_t parameter_count() const;
 };

@@ -62,6 +62,7 @@ Factory vit(int64_t patch, int64_t dim, int64_t depth, int64_t heads) {
     o.num_heads = heads;
     o.drop_rate = c.drop_rate;
     o.drop_path_rate = c.drop_path_rate;
+    o.fused_norm = fused_norm_from(c.fused_norm);
     return std::make_shared<VisionTransformerImpl>(o);
   };
 }

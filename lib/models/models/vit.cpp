@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "models/fused_layernorm.h"
 
 namespace trainer {
 namespace nn = torch::nn;
@@ -36,22 +37,29 @@ ViTBlockImpl::ViTBlockImpl(int64_t dim, int64_t heads, double mlp_ratio, double 
 }
 
 torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), N = x.size(1), D = x.size(2);
+  torch::Tensor y = x + attention_branch(norm1_(x));
+  return y + mlp_branch(norm2_(y));
+}
+
+torch::Tensor ViTBlockImpl::attention_branch(const torch::Tensor& normed) {
+  const int64_t B = normed.size(0), N = normed.size(1), D = normed.size(2);
   const bool train = is_training();
-  // ---- attention ----
   // unbind, not qkv[i]: three selects would each backpropagate through a full-size zero tensor
-  auto qkv = linear(qkv_, norm1_(x)).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv = linear(qkv_, normed).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
   auto a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
                                             /*dropout_p=*/train ? attn_drop_ : 0.0);
   a = linear(proj_, a.transpose(1, 2).reshape({B, N, D}));
   if (drop_ > 0) a = torch::dropout(a, drop_, train);
-  torch::Tensor y = x + drop_path(a, drop_path_, train);
-  // ---- mlp ----
-  auto h = torch::gelu(linear(fc1_, norm2_(y)));
+  return drop_path(a, drop_path_, train);
+}
+
+torch::Tensor ViTBlockImpl::mlp_branch(const torch::Tensor& normed) {
+  const bool train = is_training();
+  auto h = torch::gelu(linear(fc1_, normed));
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
   h = linear(fc2_, h);
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
-  return y + drop_path(h, drop_path_, train);
+  return drop_path(h, drop_path_, train);
 }
 
 // ---- network ----
@@ -96,8 +104,33 @@ torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& x) {
   t = torch::cat({cls_token_.expand({B, -1, -1}), t}, 1);
   t = t + pos_embed_;
   if (opt_.drop_rate > 0) t = torch::dropout(t, opt_.drop_rate, is_training());
+  ran_fused_ = fused_layernorm_applies(t, opt_.fused_norm);
+  if (ran_fused_) return forward_blocks_fused(t);
   for (auto& b : blocks_) t = b->forward(t);
   return norm_(t);
+}
+
+// The blocks with every residual add fused into the norm after it: each norm takes the stream and the branch that
+// joins it, and hands on the new stream and its normalised copy in the autocast dtype; the last norm's output is
+// in that dtype too (the head's matmul would cast it to it).
+torch::Tensor VisionTransformerImpl::forward_blocks_fused(const torch::Tensor& stream) {
+  auto add_norm = [](const torch::Tensor& s, const torch::Tensor& branch, const torch::nn::LayerNorm& norm,
+                     bool want_stream) {
+    return fused_add_layernorm(s, branch, norm->weight, norm->bias, norm->options.eps(), want_stream);
+  };
+  torch::Tensor s = stream, branch;  // the branch that joins the stream at the next norm (none before the first)
+  for (auto& b : blocks_) {
+    auto [n1, s1] = add_norm(s, branch, b->norm1(), true);
+    auto [n2, s2] = add_norm(s1, b->attention_branch(n1), b->norm2(), true);
+    branch = b->mlp_branch(n2);
+    s = s2;
+  }
+  return add_norm(s, branch, norm_, false).first;
+}
+
+std::pair<int, int> VisionTransformerImpl::fused_norm_layers() {
+  const int n = 2 * static_cast<int>(blocks_.size()) + 1;
+  return {ran_fused_ ? n : 0, n};
 }
 
 torch::Tensor VisionTransformerImpl::forward_head(const torch::Tensor& tokens, bool pre_logits) {

@@ -8,6 +8,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "models/classifier.h"
+#include "models/fused_batchnorm.h"
 
 namespace trainer {
 
@@ -23,12 +24,19 @@ struct ViTOptions {
   double drop_rate = 0.0;       // dropout after pos_embed, in MLP/proj, and before the head
   double attn_drop_rate = 0.0;  // attention-probability dropout
   double drop_path_rate = 0.0;  // stochastic depth, linear over blocks
+  FusedNorm fused_norm = FusedNorm::faster;  // residual add + LayerNorm in our kernels (models/fused_layernorm.h)
 };
 
 class ViTBlockImpl : public torch::nn::Module {
  public:
   ViTBlockImpl(int64_t dim, int64_t heads, double mlp_ratio, double drop, double attn_drop, double drop_path);
   torch::Tensor forward(const torch::Tensor& x);  // (B,N,D) -> (B,N,D)
+  // The two residual branches, each from its norm's output to what is added to the stream (dropout and drop-path
+  // included): forward(x) = y + mlp_branch(norm2(y)) with y = x + attention_branch(norm1(x)).
+  torch::Tensor attention_branch(const torch::Tensor& normed);
+  torch::Tensor mlp_branch(const torch::Tensor& normed);
+  const torch::nn::LayerNorm& norm1() const { return norm1_; }
+  const torch::nn::LayerNorm& norm2() const { return norm2_; }
 
  private:
   int64_t heads_;
@@ -51,11 +59,14 @@ class VisionTransformerImpl : public ClassifierImpl {
   DataDefaults data_defaults() const override;
   // Resizes an incoming pos_embed to this model's grid (bicubic, as timm's resample_abs_pos_embed).
   void adapt_state_dict(std::vector<std::pair<std::string, torch::Tensor>>& tensors) const override;
+  std::pair<int, int> fused_norm_layers() override;  // the blocks' two norms and the last one
 
  private:
   ViTOptions opt_;
   torch::nn::Conv2d patch_proj_{nullptr};
   torch::Tensor cls_token_, pos_embed_;  // (1,1,D), (1,1+N,D)
+  torch::Tensor forward_blocks_fused(const torch::Tensor& stream);
+  bool ran_fused_ = false;
   std::vector<ViTBlock> blocks_;
   torch::nn::LayerNorm norm_{nullptr};
   torch::nn::Linear head_{nullptr};
