@@ -44,9 +44,14 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x) {
 torch::Tensor ViTBlockImpl::attention_branch(const torch::Tensor& normed) {
   const int64_t B = normed.size(0), N = normed.size(1), D = normed.size(2);
   const bool train = is_training();
-  // unbind, not qkv[i]: three selects would each backpropagate through a full-size zero tensor
-  auto qkv = linear(qkv_, normed).reshape({B, N, 3, heads_, D / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
-  auto a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+  // q, k, v: (B, heads, N, head_dim) views of the projection (B, N, 3, D), the same strides as timm's permute and
+  // unbind(0), but split at (B, N, 3, D) before the heads are transposed: the gradients SDPA returns (laid out as
+  // its inputs, B N heads head_dim) then stack along that dimension as one contiguous copy into the projection's
+  // gradient, where unbind(0)'s stack and the permute back transpose them twice. unbind, not selects: three
+  // selects would each backpropagate through a full-size zero tensor.
+  auto qkv = linear(qkv_, normed).view({B, N, 3, D}).unbind(2);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, N, heads_, D / heads_}).transpose(1, 2); };
+  auto a = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{},
                                             /*dropout_p=*/train ? attn_drop_ : 0.0);
   a = linear(proj_, a.transpose(1, 2).reshape({B, N, D}));
   if (drop_ > 0) a = torch::dropout(a, drop_, train);
