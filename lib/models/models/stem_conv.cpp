@@ -16,25 +16,26 @@ struct StemConvFp16 : public torch::autograd::Function<StemConvFp16> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     torch::Tensor x16 = x.to(torch::kHalf);
     torch::Tensor y = at::conv2d(x16, weight.to(torch::kHalf), {}, {stride, stride}, {padding, padding});
-    ctx->save_for_backward({x16, weight});
+    // the weight gradient's bf16 copy of x: x itself where it is bf16 (no cast back in the backward)
+    ctx->save_for_backward({x.scalar_type() == torch::kBFloat16 ? x : x16, weight});
     ctx->saved_data["stride"] = stride;
     ctx->saved_data["padding"] = padding;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     return y.to(torch::kBFloat16);
   }
 
-  // the gradients in bf16 as autocast's convolution computes them, from the fp16 copy of x (exact in bf16 where
-  // x was bf16; otherwise within bf16's rounding of x)
+  // the gradients in bf16 as autocast's convolution computes them, from x (bf16) or its fp16 copy (otherwise: within
+  // bf16's rounding of x)
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
     const int64_t s = ctx->saved_data["stride"].toInt(), p = ctx->saved_data["padding"].toInt();
     const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    const torch::Tensor& x16 = saved[0];
+    const torch::Tensor& x_saved = saved[0];
     const torch::Tensor& weight = saved[1];
     const bool need_dx = ctx->needs_input_grad(0), need_dw = ctx->needs_input_grad(1);
     torch::Tensor dy = grads[0].to(torch::kBFloat16);
-    auto [dx, dw, db] = at::convolution_backward(dy, x16.to(torch::kBFloat16), weight.to(torch::kBFloat16),
+    auto [dx, dw, db] = at::convolution_backward(dy, x_saved.to(torch::kBFloat16), weight.to(torch::kBFloat16),
                                                  c10::nullopt, {s, s}, {p, p}, {1, 1}, /*transposed=*/false, {0, 0},
                                                  /*groups=*/1, {need_dx, need_dw, false});
     (void)db;
