@@ -121,8 +121,9 @@ TEST(FusedLayerNorm, ViTFollowsItsAtenPath) {
     }
     ref->to(torch::kCUDA);
     fused->to(torch::kCUDA);
-    const torch::Tensor x = torch::randn({8, 3, 224, 224}, torch::TensorOptions().device(torch::kCUDA));
-    const torch::Tensor target = torch::randint(0, 100, {8}, torch::TensorOptions().device(torch::kCUDA));
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    const torch::Tensor x = torch::randn({8, 3, 224, 224}, o);
+    const torch::Tensor target = torch::randint(0, 100, {8}, o.dtype(torch::kLong));
     torch::Tensor lr, lf;
     {
       Autocast ac(torch::kBFloat16);
