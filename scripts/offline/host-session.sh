@@ -6,7 +6,7 @@
 #   fusedbn (the fused batch-norm and max-pool harnesses and GPU tests, ResNet-50 bf16 and fp16 against eager and
 #     torch.compile; UNFUSED=1 adds model.fused_norm off)
 #   bnprof (ResNet-50 bf16 steps profiled fused, with model.fused_norm off, and PyTorch under torch.compile)
-#   fusedln (the fused add + LayerNorm GPU tests, ViT-B bf16 against PyTorch eager, torch.compile and fused_norm off)
+#   fusedln (the GPU tests of ViT's fused kernels, ViT-B bf16 against PyTorch eager, torch.compile and fused_norm off)
 #   vitprof (where ViT-B's step goes, trainer against PyTorch eager; VS_COMPILE=1: against torch.compile)
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
@@ -117,9 +117,10 @@ PY
       scripts/bench.sh "$out/bench" resnet50 $prec 2>&1 | tail -1
     done
     ;;
-  fusedln)  # issue 25: the fused add + LayerNorm GPU tests, then ViT-B/16 bf16 against PyTorch eager and torch.compile
-    # in this call and with model.fused_norm off
-    stdbuf -oL build/tests/models/models_gpu_test --gtest_filter='FusedLayerNorm.*' > "$out/fused_ln_test.log" 2>&1
+  fusedln)  # issue 25: the GPU tests of ViT's fused kernels (add + LayerNorm, bias + GELU, q/k/v gradient stack), then
+    # ViT-B/16 bf16 against PyTorch eager and torch.compile in this call and with model.fused_norm off
+    stdbuf -oL build/tests/models/models_gpu_test --gtest_filter='FusedLayerNorm.*:FusedBiasGelu.*:QkvSplit.*' \
+      > "$out/fused_ln_test.log" 2>&1
     grep -E " ms|OK \]|FAILED|Failure" "$out/fused_ln_test.log" | head -40
     SKIP_PYTORCH=1 EXTRA=model.fused_norm=off SUFFIX=_unfused \
       scripts/bench.sh "$out/bench" vit_base_patch16_224 bf16 2>&1 | tail -1

@@ -20,10 +20,6 @@
 namespace trainer {
 namespace {
 
-#define REQUIRE_KERNELS()                                                                          \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";   \
-  if (!fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)"
-
 struct Shape {
   int64_t n, c, h, w;
   int in_resnet50;  // how many of ResNet-50's 53 batch norms have this shape at batch 256 (0: an odd test shape)

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <ATen/autocast_mode.h>
-
 #include <cstdio>
 
 #include "kernel_harness.h"
@@ -14,24 +12,6 @@
 
 namespace trainer {
 namespace {
-
-#define REQUIRE_KERNELS()                                                                          \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";   \
-  if (!fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)"
-
-// autocast in `dtype` for the scope, as the trainer's step sets it
-struct Autocast {
-  explicit Autocast(at::ScalarType dtype) {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
-    at::autocast::increment_nesting();
-  }
-  ~Autocast() {
-    at::autocast::decrement_nesting();
-    at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-  }
-};
 
 struct Shape {
   int64_t b, n, d;
@@ -64,7 +44,7 @@ void check_shape(const Shape& sh, torch::ScalarType dtype, bool with_branch, boo
   torch::Tensor wf = w.clone().requires_grad_(true), bf = b.clone().requires_grad_(true);
   std::pair<torch::Tensor, torch::Tensor> out;
   {
-    Autocast ac(dtype);
+    test::Autocast ac(dtype);
     ASSERT_TRUE(fused_layernorm_applies(xf, FusedNorm::faster));
     out = fused_add_layernorm(xf, with_branch ? af : torch::Tensor(), wf, bf, 1e-6, with_ds);
   }
@@ -126,7 +106,7 @@ TEST(FusedLayerNorm, ViTFollowsItsAtenPath) {
     const torch::Tensor target = torch::randint(0, 100, {8}, o.dtype(torch::kLong));
     torch::Tensor lr, lf;
     {
-      Autocast ac(torch::kBFloat16);
+      test::Autocast ac(torch::kBFloat16);
       lr = ref->forward(x);
       lf = fused->forward(x);
     }
@@ -157,7 +137,7 @@ TEST(FusedLayerNorm, TimesTheViTBasePass) {
     torch::Tensor wi = w.detach().requires_grad_(true), bi = b.detach().requires_grad_(true);
     std::pair<torch::Tensor, torch::Tensor> out;
     {
-      Autocast ac(torch::kBFloat16);
+      test::Autocast ac(torch::kBFloat16);
       if (fused) {
         out = fused_add_layernorm(xi, ai, wi, bi, 1e-6, true);
       } else {

@@ -1,11 +1,19 @@
 // Helpers of the GPU kernel harnesses in tests/models: the relative L2 error, the 16-bit dtype names, device time
-// per call.
+// per call, autocast for a scope, and the skip of a test that needs a GPU and a build with the kernels.
 #pragma once
 #include <torch/torch.h>
 
+#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <functional>
+
+#include "models/fused_batchnorm.h"  // fused_batchnorm_built: whether this build has the kernels
+
+// the first statement of a test that needs a CUDA device and this build's kernels: a clean skip without either
+#define REQUIRE_KERNELS()                                                                         \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";  \
+  if (!::trainer::fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own (no nvcc)"
 
 namespace trainer::test {
 
@@ -34,5 +42,19 @@ inline double device_ms(const std::function<void()>& f) {
   cudaEventDestroy(e1);
   return ms / 20;
 }
+
+// autocast in `dtype` for the scope, as the trainer's step sets it
+struct Autocast {
+  explicit Autocast(at::ScalarType dtype) {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    at::autocast::decrement_nesting();
+    at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+  }
+};
 
 }  // namespace trainer::test

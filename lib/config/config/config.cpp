@@ -103,9 +103,10 @@ Schema fields_of(Config& c) {
   s.add_bool("model.small_stem", &c.model.small_stem, "ResNet: 3x3 stride-1 stem without max-pool (28-64 px inputs)");
   s.add_bool("model.zero_init_last", &c.model.zero_init_last, "ResNet: zero the last BN gamma of each block");
   s.add_string("model.fused_norm", &c.model.fused_norm,
-               "ResNet: batch norm with its residual add and ReLU, and the stem's max-pool, in trainer's own kernels "
-               "(CUDA, channels_last): auto = where they are faster than ATen's (bf16 and fp16; not yet with "
-               "dist.sync_bn), on = wherever they run (sync_bn too), off = ATen's ops",
+               "trainer's own kernels (CUDA, bf16/fp16 autocast): ResNet's batch norm with its residual add and "
+               "ReLU and the stem's max-pool (channels_last; not yet with dist.sync_bn under auto), ViT's residual "
+               "add + LayerNorm, fc1's bias + GELU and the q/k/v gradient stack with its bias sums: auto = where "
+               "they are faster than ATen's, on = wherever they run (sync_bn too), off = ATen's ops",
                {"auto", "on", "off"});
   s.add_bool("model.stem_fp16", &c.model.stem_fp16,
              "ResNet: the 7x7 stem convolution's forward in fp16 under bf16 autocast (cuDNN has no fast bf16 kernel "

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "internal/launch.cuh"
 #include "internal/vec.cuh"
 
 namespace trainer::kernels {
@@ -32,16 +33,6 @@ struct Rows {
 };
 
 // ---- launch geometry ----
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return count > 0 ? count : 1;
-  }();
-  return n;
-}
 
 // resident blocks of 256 threads per SM for one kernel, asked of the runtime once
 template <auto Kernel> int blocks_per_sm() {
@@ -551,11 +542,6 @@ template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* dy2, const
 // where a second gradient can be read: the case whose reduction stores the masked gradient (ReLU with y, dz)
 bool dy2_fits(const void* dy2, const void* y, const void* dz, bool relu) { return !dy2 || (relu && y && dz); }
 
-// f(T*) with T the element type of dt (a null pointer of it, for the type)
-template <typename F> void with_type(HalfType dt, F&& f) {
-  if (dt == HalfType::bf16) f(static_cast<__nv_bfloat16*>(nullptr));
-  else f(static_cast<__half*>(nullptr));
-}
 template <typename P> using Elem = std::remove_pointer_t<P>;
 
 }  // namespace

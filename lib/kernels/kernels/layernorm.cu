@@ -2,12 +2,14 @@
 // 2 * (i * 32 + l), i < NP = D / 64, so every load of the warp is one contiguous 256-byte (fp32) or 128-byte
 // (bf16/fp16) segment. The forward runs one row per warp, 8 rows a block; the backward strides over rows with a
 // resident grid, keeping its share of dweight and dbias in registers, and sums them per block in shared memory
-// into partials that one more kernel adds up per column (in double).
+// into partials that internal/column_sums adds up per column (in double).
 #include "layernorm.h"
 
 #include <algorithm>
 #include <type_traits>
 
+#include "internal/column_sums.cuh"
+#include "internal/launch.cuh"
 #include "internal/vec.cuh"
 
 namespace trainer::kernels {
@@ -150,40 +152,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dweight, dbias = the column sums of the blocks' partials: blocks of 32 columns x 8 rows of partials, in double
-constexpr int kSumX = 32, kSumY = 8;
-__global__ void column_sums(const float* __restrict__ partial, int blocks, int D, float* dweight, float* dbias) {
-  __shared__ double sh[2][kSumY][kSumX];
-  const int c = blockIdx.x * kSumX + threadIdx.x;
-  double a = 0, b = 0;
-  if (c < D)
-    for (int j = threadIdx.y; j < blocks; j += kSumY) {
-      a += partial[int64_t(j) * D + c];
-      b += partial[(int64_t(blocks) + j) * D + c];
-    }
-  sh[0][threadIdx.y][threadIdx.x] = a;
-  sh[1][threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < D) {
-    for (int j = 1; j < kSumY; ++j) {
-      a += sh[0][j][threadIdx.x];
-      b += sh[1][j][threadIdx.x];
-    }
-    dweight[c] = static_cast<float>(a);
-    dbias[c] = static_cast<float>(b);
-  }
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return count > 0 ? count : 1;
-  }();
-  return n;
-}
-
 constexpr int kMaxBlocksPerSm = 2048 / kThreads;
 
 template <auto Kernel> int blocks_per_sm() {
@@ -208,10 +176,6 @@ template <typename F> bool with_width(int64_t D, F&& f) {
   }
 }
 
-template <typename F> void with_type(HalfType dt, F&& f) {
-  if (dt == HalfType::bf16) f(static_cast<__nv_bfloat16*>(nullptr));
-  else f(static_cast<__half*>(nullptr));
-}
 
 template <typename T, int NP, bool ADD>
 void forward_launch(const float* x, const void* a, float* s, void* y, int64_t rows, const float* w, const float* b,
@@ -278,8 +242,8 @@ cudaError_t ln_backward(const void* dy, const float* ds, const float* s, const f
       using no = std::false_type;
       const int grid = ds ? (da ? launch(yes{}, yes{}) : launch(yes{}, no{}))
                           : (da ? launch(no{}, yes{}) : launch(no{}, no{}));
-      column_sums<<<static_cast<unsigned>((D + kSumX - 1) / kSumX), dim3(kSumX, kSumY), 0, stream>>>(
-          workspace, grid, static_cast<int>(D), dweight, dbias);
+      column_sums(workspace, grid, D, dweight, stream);
+      column_sums(workspace + int64_t(grid) * D, grid, D, dbias, stream);
     });
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;

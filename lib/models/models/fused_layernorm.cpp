@@ -77,20 +77,14 @@ struct FusedAddLayerNorm : public torch::autograd::Function<FusedAddLayerNorm> {
   }
 };
 
-bool aligned(const torch::Tensor& t, int bytes) {
-  return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
-}
-
 }  // namespace
 #endif
 
 bool fused_layernorm_applies(const torch::Tensor& x, FusedNorm policy) {
 #ifdef TRAINER_WITH_KERNELS
   if (policy == FusedNorm::off || !x.defined() || !x.is_cuda() || x.scalar_type() != torch::kFloat32) return false;
-  if (!x.is_contiguous() || x.dim() < 2 || !kernels::ln_supports(x.size(-1)) || !aligned(x, 8)) return false;
-  if (!at::autocast::is_autocast_enabled(at::kCUDA)) return false;
-  const auto dt = at::autocast::get_autocast_dtype(at::kCUDA);
-  return dt == at::kBFloat16 || dt == at::kHalf;
+  if (!x.is_contiguous() || x.dim() < 2 || !kernels::ln_supports(x.size(-1)) || !glue::aligned(x, 8)) return false;
+  return glue::autocast_half();
 #else
   (void)x;
   (void)policy;
@@ -107,7 +101,7 @@ std::pair<torch::Tensor, torch::Tensor> fused_add_layernorm(const torch::Tensor&
                     weight.numel() == x.size(-1) && bias.numel() == x.size(-1),
                 "fused layer norm: weight and bias must be float32 of the last dimension's size");
   torch::Tensor branch = a.defined() ? a.to(dtype).contiguous() : x.new_empty({0});
-  TRAINER_CHECK(!a.defined() || (a.sizes() == x.sizes() && aligned(branch, 4)),
+  TRAINER_CHECK(!a.defined() || (a.sizes() == x.sizes() && glue::aligned(branch, 4)),
                 "fused layer norm: the branch must have the stream's shape");
   const variable_list out = FusedAddLayerNorm::apply(x, branch, weight.contiguous(), bias.contiguous(), eps,
                                                      static_cast<int64_t>(dtype), want_stream);

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "models/fused_bias_gelu.h"
 #include "models/fused_layernorm.h"
+#include "models/qkv_split.h"
 
 namespace trainer {
 namespace nn = torch::nn;
@@ -41,15 +43,16 @@ torch::Tensor ViTBlockImpl::forward(const torch::Tensor& x) {
   return y + mlp_branch(norm2_(y));
 }
 
-torch::Tensor ViTBlockImpl::attention_branch(const torch::Tensor& normed) {
+torch::Tensor ViTBlockImpl::attention_branch(const torch::Tensor& normed, bool fused) {
   const int64_t B = normed.size(0), N = normed.size(1), D = normed.size(2);
   const bool train = is_training();
   // q, k, v: (B, heads, N, head_dim) views of the projection (B, N, 3, D), the same strides as timm's permute and
   // unbind(0), but split at (B, N, 3, D) before the heads are transposed: the gradients SDPA returns (laid out as
   // its inputs, B N heads head_dim) then stack along that dimension as one contiguous copy into the projection's
   // gradient, where unbind(0)'s stack and the permute back transpose them twice. unbind, not selects: three
-  // selects would each backpropagate through a full-size zero tensor.
-  auto qkv = linear(qkv_, normed).view({B, N, 3, D}).unbind(2);
+  // selects would each backpropagate through a full-size zero tensor. `fused`: the stack and the bias gradient in
+  // one kernel (models/qkv_split.h).
+  auto qkv = qkv_projection(normed, qkv_->weight, qkv_->bias, fused);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, N, heads_, D / heads_}).transpose(1, 2); };
   auto a = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{},
                                             /*dropout_p=*/train ? attn_drop_ : 0.0);
@@ -58,9 +61,9 @@ torch::Tensor ViTBlockImpl::attention_branch(const torch::Tensor& normed) {
   return drop_path(a, drop_path_, train);
 }
 
-torch::Tensor ViTBlockImpl::mlp_branch(const torch::Tensor& normed) {
+torch::Tensor ViTBlockImpl::mlp_branch(const torch::Tensor& normed, bool fused) {
   const bool train = is_training();
-  auto h = torch::gelu(linear(fc1_, normed));
+  auto h = linear_gelu(normed, fc1_->weight, fc1_->bias, fused);
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
   h = linear(fc2_, h);
   if (drop_ > 0) h = torch::dropout(h, drop_, train);
@@ -117,7 +120,8 @@ torch::Tensor VisionTransformerImpl::forward_features(const torch::Tensor& x) {
 
 // The blocks with every residual add fused into the norm after it: each norm takes the stream and the branch that
 // joins it, and hands on the new stream and its normalised copy in the autocast dtype; the last norm's output is
-// in that dtype too (the head's matmul would cast it to it).
+// in that dtype too (the head's matmul would cast it to it). The branches run their fused kernels too: q/k/v's
+// gradient stack with its bias sums, fc1's bias and GELU.
 torch::Tensor VisionTransformerImpl::forward_blocks_fused(const torch::Tensor& stream) {
   auto add_norm = [](const torch::Tensor& s, const torch::Tensor& branch, const torch::nn::LayerNorm& norm,
                      bool want_stream) {
@@ -126,8 +130,8 @@ torch::Tensor VisionTransformerImpl::forward_blocks_fused(const torch::Tensor& s
   torch::Tensor s = stream, branch;  // the branch that joins the stream at the next norm (none before the first)
   for (auto& b : blocks_) {
     auto [n1, s1] = add_norm(s, branch, b->norm1(), true);
-    auto [n2, s2] = add_norm(s1, b->attention_branch(n1), b->norm2(), true);
-    branch = b->mlp_branch(n2);
+    auto [n2, s2] = add_norm(s1, b->attention_branch(n1, /*fused=*/true), b->norm2(), true);
+    branch = b->mlp_branch(n2, /*fused=*/true);
     s = s2;
   }
   return add_norm(s, branch, norm_, false).first;

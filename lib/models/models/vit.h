@@ -24,7 +24,8 @@ struct ViTOptions {
   double drop_rate = 0.0;       // dropout after pos_embed, in MLP/proj, and before the head
   double attn_drop_rate = 0.0;  // attention-probability dropout
   double drop_path_rate = 0.0;  // stochastic depth, linear over blocks
-  FusedNorm fused_norm = FusedNorm::faster;  // residual add + LayerNorm in our kernels (models/fused_layernorm.h)
+  FusedNorm fused_norm = FusedNorm::faster;  // residual add + LayerNorm (models/fused_layernorm.h), the
+                                             // q/k/v gradient stack and fc1's bias + GELU in our kernels
 };
 
 class ViTBlockImpl : public torch::nn::Module {
@@ -32,9 +33,11 @@ class ViTBlockImpl : public torch::nn::Module {
   ViTBlockImpl(int64_t dim, int64_t heads, double mlp_ratio, double drop, double attn_drop, double drop_path);
   torch::Tensor forward(const torch::Tensor& x);  // (B,N,D) -> (B,N,D)
   // The two residual branches, each from its norm's output to what is added to the stream (dropout and drop-path
-  // included): forward(x) = y + mlp_branch(norm2(y)) with y = x + attention_branch(norm1(x)).
-  torch::Tensor attention_branch(const torch::Tensor& normed);
-  torch::Tensor mlp_branch(const torch::Tensor& normed);
+  // included): forward(x) = y + mlp_branch(norm2(y)) with y = x + attention_branch(norm1(x)). fused: our
+  // kernels where they apply, q/k/v's gradient stack (models/qkv_split.h) and fc1's bias + GELU
+  // (models/fused_bias_gelu.h).
+  torch::Tensor attention_branch(const torch::Tensor& normed, bool fused = false);
+  torch::Tensor mlp_branch(const torch::Tensor& normed, bool fused = false);
   const torch::nn::LayerNorm& norm1() const { return norm1_; }
   const torch::nn::LayerNorm& norm2() const { return norm2_; }
 

@@ -1,10 +1,14 @@
-// What the ATen-facing layers of our CUDA kernels (fused_batchnorm.cpp, max_pool.cpp) share: the kernels' 16-bit
-// type of a tensor, the current stream of its device, and a launch error turned into an exception naming the op.
+// What the ATen-facing layers of our CUDA kernels (fused_batchnorm.cpp, max_pool.cpp, ...) share: the kernels'
+// 16-bit type of a tensor, the current stream of its device, whether autocast runs in a type they take, pointer
+// alignment, and a launch error turned into an exception naming the op.
 // Only for builds with the kernels (TRAINER_WITH_KERNELS).
 #pragma once
 #include <torch/types.h>
 
+#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <cstdint>
 
 #include "core/check.h"
 #include "kernels/half_type.h"
@@ -17,6 +21,18 @@ inline kernels::HalfType half_type_of(const torch::Tensor& t) {
 
 inline cudaStream_t stream_of(const torch::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+// CUDA autocast on, in bf16 or fp16
+inline bool autocast_half() {
+  if (!at::autocast::is_autocast_enabled(at::kCUDA)) return false;
+  const auto dt = at::autocast::get_autocast_dtype(at::kCUDA);
+  return dt == at::kBFloat16 || dt == at::kHalf;
+}
+
+// t's data `bytes`-aligned (an undefined tensor counts as aligned)
+inline bool aligned(const torch::Tensor& t, int bytes) {
+  return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
 }
 
 inline void check_launch(cudaError_t e, const char* op, const char* what) {
