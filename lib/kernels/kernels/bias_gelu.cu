@@ -30,20 +30,33 @@ __device__ __forceinline__ void load_bias(const float* bias, float (&b)[kVec]) {
 template <typename T> __device__ __forceinline__ float biased(T h, float b) { return to_f(from_f<T>(to_f(h) + b)); }
 
 template <typename T>
+__device__ __forceinline__ void forward_row(T* y, const float (&b)[kVec], const Pack<T, kVec>& x, int64_t at) {
+  float out[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) out[i] = gelu(biased(x.v[i], b[i]));
+  store<T, kVec>(y + at, out);
+}
+
+// four rows loaded before any is computed: one 16-byte load a row would leave too few bytes in flight per SM
+constexpr int kForwardRows = 4;
+
+template <typename T>
 __global__ void __launch_bounds__(kTileThreads)
     forward_kernel(const T* __restrict__ h, const float* __restrict__ bias, T* __restrict__ y, int64_t rows, int C) {
   const int c = (blockIdx.x * kTX + threadIdx.x) * kVec;
   if (c >= C) return;
   float b[kVec];
   load_bias(bias + c, b);
-  for (int64_t r = int64_t(blockIdx.y) * kTY + threadIdx.y; r < rows; r += int64_t(gridDim.y) * kTY) {
-    const int64_t at = r * C + c;
-    const Pack<T, kVec> in = load<T, kVec>(h + at);
-    float out[kVec];
+  const int64_t step = int64_t(gridDim.y) * kTY;
+  int64_t r = int64_t(blockIdx.y) * kTY + threadIdx.y;
+  for (; r + (kForwardRows - 1) * step < rows; r += kForwardRows * step) {
+    Pack<T, kVec> x[kForwardRows];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = gelu(biased(in.v[i], b[i]));
-    store<T, kVec>(y + at, out);
+    for (int u = 0; u < kForwardRows; ++u) x[u] = load<T, kVec>(h + (r + u * step) * C + c);
+#pragma unroll
+    for (int u = 0; u < kForwardRows; ++u) forward_row(y, b, x[u], (r + u * step) * C + c);
   }
+  for (; r < rows; r += step) forward_row(y, b, load<T, kVec>(h + r * C + c), r * C + c);
 }
 
 template <typename T>
