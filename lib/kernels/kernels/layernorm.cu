@@ -176,7 +176,6 @@ template <typename F> bool with_width(int64_t D, F&& f) {
   }
 }
 
-
 template <typename T, int NP, bool ADD>
 void forward_launch(const float* x, const void* a, float* s, void* y, int64_t rows, const float* w, const float* b,
                     float eps, float* mean, float* rstd, cudaStream_t stream) {

@@ -51,10 +51,7 @@ struct BiasGelu : public torch::autograd::Function<BiasGelu> {
 
 bool linear_gelu_fuses(const torch::Tensor& x, const torch::Tensor& bias) {
 #ifdef TRAINER_WITH_KERNELS
-  if (!x.defined() || !x.is_cuda() || !bias.defined() || !bias.is_cuda()) return false;
-  if (bias.scalar_type() != torch::kFloat32 || bias.dim() != 1 || !kernels::bias_gelu_supports(bias.size(0)))
-    return false;
-  return glue::autocast_half();
+  return glue::fusable_bias(x, bias) && kernels::bias_gelu_supports(bias.size(0));
 #else
   (void)x, (void)bias;
   return false;

@@ -62,11 +62,8 @@ struct QkvSplit : public torch::autograd::Function<QkvSplit> {
 
 bool qkv_projection_fuses(const torch::Tensor& x, const torch::Tensor& bias) {
 #ifdef TRAINER_WITH_KERNELS
-  if (!x.defined() || !x.is_cuda() || x.dim() != 3 || !bias.defined() || !bias.is_cuda()) return false;
-  if (bias.scalar_type() != torch::kFloat32 || bias.dim() != 1 || bias.size(0) % 3 != 0 ||
-      !kernels::qkv_grad_supports(bias.size(0) / 3))
-    return false;
-  return glue::autocast_half();
+  return glue::fusable_bias(x, bias) && x.dim() == 3 && bias.size(0) % 3 == 0 &&
+         kernels::qkv_grad_supports(bias.size(0) / 3);
 #else
   (void)x, (void)bias;
   return false;

@@ -30,6 +30,13 @@ inline bool autocast_half() {
   return dt == at::kBFloat16 || dt == at::kHalf;
 }
 
+// x on CUDA under bf16/fp16 autocast with a 1-D fp32 CUDA bias: where a kernel that adds or sums a linear layer's
+// bias can take over (each kernel checks its own widths too)
+inline bool fusable_bias(const torch::Tensor& x, const torch::Tensor& bias) {
+  if (!x.defined() || !x.is_cuda() || !bias.defined() || !bias.is_cuda()) return false;
+  return bias.scalar_type() == torch::kFloat32 && bias.dim() == 1 && autocast_half();
+}
+
 // t's data `bytes`-aligned (an undefined tensor counts as aligned)
 inline bool aligned(const torch::Tensor& t, int bytes) {
   return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
