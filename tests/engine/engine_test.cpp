@@ -503,6 +503,43 @@ TEST(Evaluation, BadFilesAreLeftOutAndCounted) {
   EXPECT_EQ(again.bad_samples, 1);
 }
 
+// train.eval_hflip: beside the plain top-1, the top-1 of the mean of each image's and its mirror's softmax, counted
+// here from the model and the eval loader's batches; off, the figure is absent (-1).
+TEST(Evaluation, MirrorScoresTheMeanSoftmaxOfImageAndMirror) {
+  test::TempDir dir;
+  Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.num_classes=10",
+                                    "data.source=synthetic", "data.synthetic_samples=320", "data.image_size=16",
+                                    "data.batch_size=32", "train.precision=fp32", "train.eval_hflip=true",
+                                    "train.epochs=2", "checkpoint.every_epoch=false", "run.out_dir=" + dir.path()});
+  Trainer t(c, RunContext{torch::kCPU});
+  t.fit();  // an untrained model gives every image the same class, mirrored or not
+  const EvalResult e = t.evaluate();
+  ASSERT_EQ(e.samples, 32);
+  ASSERT_NE(t.eval_loader(), nullptr);
+  torch::NoGradGuard ng;
+  t.model()->eval();
+  int32_t plain = 0, mirrored = 0, flips_differ = 0;
+  Loader& l = *t.eval_loader();
+  l.set_epoch(0);
+  Batch b;
+  while (l.next(b)) {
+    const torch::Tensor p = t.model()->forward(b.images).softmax(1);
+    const torch::Tensor q = t.model()->forward(b.images.flip({3})).softmax(1);
+    plain += p.argmax(1).eq(b.labels).sum().item<int32_t>();
+    mirrored += (p + q).argmax(1).eq(b.labels).sum().item<int32_t>();
+    flips_differ += p.argmax(1).ne((p + q).argmax(1)).sum().item<int32_t>();
+  }
+  EXPECT_DOUBLE_EQ(e.top1, 100.0 * plain / 32);
+  EXPECT_DOUBLE_EQ(e.top1_hflip, 100.0 * mirrored / 32);
+  EXPECT_GT(flips_differ, 0) << "the mirror changed no prediction: the test would not see it ignored";
+
+  Trainer off(config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.num_classes=10",
+                                     "data.source=synthetic", "data.synthetic_samples=160", "data.image_size=16",
+                                     "data.batch_size=8", "train.precision=fp32"}),
+              RunContext{torch::kCPU});
+  EXPECT_EQ(off.evaluate().top1_hflip, -1);
+}
+
 // bench-data's warm-up and timed batches run on across epochs (a set of a few batches is timed for many epochs,
 // as the steady-state comparison with the DataLoader needs); a set without one full batch is refused by name.
 TEST(BenchData, WarmUpAndTimedBatchesRunOnAcrossEpochs) {

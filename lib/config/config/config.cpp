@@ -236,6 +236,9 @@ Schema fields_of(Config& c) {
               "exponential moving average of the weights per optimizer step (e.g. 0.9998), evaluated alongside and "
               "saved as model_ema.safetensors; 0 = off",
               half_open(0, 1));
+  s.add_bool("train.eval_hflip", &c.train.eval_hflip,
+             "evaluation also scores each image with its mirror: top1_hflip, the top-1 of the two softmaxes' mean "
+             "(test-time augmentation), beside the plain top-1");
   s.add_int("train.max_nonfinite_steps", &c.train.max_nonfinite_steps,
             "bf16/fp32: stop after this many consecutive steps with non-finite gradients, 0 = never", at_least(0));
   s.add_float("train.mixup_alpha", &c.train.mixup_alpha, "MixUp: lambda ~ Beta(alpha, alpha) per batch, 0 = off",

@@ -111,6 +111,7 @@ struct TrainConfig {
   int64_t eval_interval = 5;
   bool cudnn_benchmark = true;
   double ema_decay = 0.0;
+  bool eval_hflip = false;
   int64_t max_nonfinite_steps = 20;
   double mixup_alpha = 0.0;
   double cutmix_alpha = 0.0;

@@ -272,6 +272,8 @@ EvalResult Trainer::evaluate() {
   model_->eval();
   auto f = torch::TensorOptions().dtype(torch::kFloat64).device(ctx_.device);
   auto loss_sum = torch::zeros({}, f), top1 = torch::zeros({}, f), top5 = torch::zeros({}, f);
+  auto top1_hflip = torch::zeros({}, f);
+  const bool hflip = cfg_.train.eval_hflip;
   int64_t n = 0, left_out = 0;
   eval_loader_->set_epoch(0);
   Batch b;
@@ -288,12 +290,17 @@ EvalResult Trainer::evaluate() {
       images = images.index_select(0, keep);
       labels = labels.index_select(0, keep);
     }
-    torch::Tensor logits;
+    torch::Tensor logits, mirrored;
     {
       AutocastGuard autocast(ctx_.device, precision_);
       logits = model_->forward(images);
+      if (hflip) mirrored = model_->forward(images.flip({3}));
     }
     logits = logits.to(torch::kFloat32);
+    if (hflip) {
+      const torch::Tensor p = logits.softmax(1) + mirrored.to(torch::kFloat32).softmax(1);
+      top1_hflip.add_(p.argmax(1).eq(labels).sum());
+    }
     loss_sum.add_(torch::nn::functional::cross_entropy(
         logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
     const int64_t kk = std::min<int64_t>(5, logits.size(1));
@@ -306,7 +313,7 @@ EvalResult Trainer::evaluate() {
   model_->train();
   // exact over ranks: sums of losses, hits and counts, never averages of percentages
   auto sums = torch::stack({loss_sum, top1, top5, torch::full({}, static_cast<double>(n), f),
-                            torch::full({}, static_cast<double>(left_out), f)});
+                            torch::full({}, static_cast<double>(left_out), f), top1_hflip});
   if (ctx_.dist) ctx_.dist->all_reduce_sum(sums);
   sums = sums.cpu();
   const double total = sums[3].item<double>();
@@ -316,6 +323,7 @@ EvalResult Trainer::evaluate() {
     r.loss = sums[0].item<double>() / total;
     r.top1 = 100.0 * sums[1].item<double>() / total;
     r.top5 = 100.0 * sums[2].item<double>() / total;
+    if (hflip) r.top1_hflip = 100.0 * sums[5].item<double>() / total;
   }
   return r;
 }
@@ -603,28 +611,26 @@ std::string Trainer::evaluate_and_record(int64_t epoch, bool done, int64_t batch
   res.eval = evaluate();
   if (res.eval.samples == 0) return eval_text;
   eval_text = strprintf(" | eval loss %.4f top1 %.2f%% top5 %.2f%%", res.eval.loss, res.eval.top1, res.eval.top5);
+  if (res.eval.top1_hflip >= 0) eval_text += strprintf(" (with mirror %.2f%%)", res.eval.top1_hflip);
   if (res.eval.bad_samples > 0) {
     eval_text += strprintf(" (%lld unreadable left out)", static_cast<long long>(res.eval.bad_samples));
     log::warn("evaluation left out ", res.eval.bad_samples, " unreadable file(s) (see the warnings above); its ",
               "figures are over the other ", res.eval.samples);
   }
-  run_dir_->append_metrics(MetricsRow("eval", step_, epoch)
-                               .add("loss", res.eval.loss)
-                               .add("top1", res.eval.top1)
-                               .add("top5", res.eval.top5)
-                               .add("samples", res.eval.samples)
-                               .add("bad_samples", res.eval.bad_samples)
-                               .line());
+  MetricsRow row("eval", step_, epoch);
+  row.add("loss", res.eval.loss).add("top1", res.eval.top1).add("top5", res.eval.top5);
+  row.add("samples", res.eval.samples).add("bad_samples", res.eval.bad_samples);
+  if (res.eval.top1_hflip >= 0) row.add("top1_hflip", res.eval.top1_hflip);
+  run_dir_->append_metrics(row.line());
   run_dir_->scalars(step_, {{"eval/loss", res.eval.loss}, {"eval/top1", res.eval.top1}, {"eval/top5", res.eval.top5}});
   if (!ema_.empty()) {
     const EvalResult e = evaluate_ema();
     eval_text += strprintf(" | EMA top1 %.2f%%", e.top1);
-    run_dir_->append_metrics(MetricsRow("eval_ema", step_, epoch)
-                                 .add("loss", e.loss)
-                                 .add("top1", e.top1)
-                                 .add("top5", e.top5)
-                                 .add("samples", e.samples)
-                                 .line());
+    if (e.top1_hflip >= 0) eval_text += strprintf(" (with mirror %.2f%%)", e.top1_hflip);
+    MetricsRow ema_row("eval_ema", step_, epoch);
+    ema_row.add("loss", e.loss).add("top1", e.top1).add("top5", e.top5).add("samples", e.samples);
+    if (e.top1_hflip >= 0) ema_row.add("top1_hflip", e.top1_hflip);
+    run_dir_->append_metrics(ema_row.line());
     run_dir_->scalars(step_, {{"eval_ema/loss", e.loss}, {"eval_ema/top1", e.top1}});
   }
   if (cfg_.checkpoint.keep_best > 0) save_best(done ? epoch : epoch + 1, done ? batch_in_epoch : 0, res.eval);

@@ -33,6 +33,7 @@ struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;  // mean loss, accuracies in percent
   int64_t samples = 0;                   // images evaluated
   int64_t bad_samples = 0;               // unreadable files left out (not counted in samples)
+  double top1_hflip = -1;                // train.eval_hflip: top-1 of the mean softmax of image and mirror; else -1
 };
 
 struct FitResult {
@@ -68,6 +69,7 @@ class Trainer {
   void check_replicas();
   GradScaler& scaler() { return *scaler_; }
   Loader& train_loader() { return *train_loader_; }
+  Loader* eval_loader() { return eval_loader_.get(); }  // null without an eval split
   int64_t steps() const { return step_; }
   const Config& config() const { return cfg_; }
   Precision precision() const { return precision_; }
