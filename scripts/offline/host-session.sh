@@ -144,15 +144,19 @@ PY
       | tee "$out/rn50_kernels_fused_vs_compile.txt"
     ;;
   fmnist)  # a Fashion-MNIST recipe: CONFIG (configs/fashion_mnist.yaml), one run per seed of SEEDS (0), SETS: more
-    # --set options; logs and metrics come back, weights stay in /tmp/fmnist
+    # --set options; logs and metrics come back, weights stay in /tmp/fmnist (a run of the same name there before,
+    # on a machine kept warm, is removed so that its metrics are not taken for this one's); then the seeds' summary
     cfg=${CONFIG:-configs/fashion_mnist.yaml}
+    metrics=()
     for seed in ${SEEDS:-0}; do
       name=$(basename "$cfg" .yaml)_seed$seed
+      rm -rf "/tmp/fmnist/$name"
       $T --config "$cfg" --set data.root="$TRAINER_FMNIST" --set run.out_dir=/tmp/fmnist --set run.name=$name \
         --set run.seed=$seed ${SETS:-} > "$out/$name.log" 2>&1
-      cp /tmp/fmnist/$name/metrics.jsonl "$out/$name.metrics.jsonl" 2>/dev/null
+      cp /tmp/fmnist/$name/metrics.jsonl "$out/$name.metrics.jsonl" 2>/dev/null && metrics+=("$out/$name.metrics.jsonl")
       grep -E "eval loss|trained|rror" "$out/$name.log" | tail -4
     done
+    [ ${#metrics[@]} -gt 0 ] && python3 scripts/eval_summary.py "${metrics[@]}" --json "$out/summary.json"
     ;;
   vitequiv)
     seeds=(${SEEDS:-0 1 2})
