@@ -1,5 +1,6 @@
 // Checkpoints: the file verifies (magic, version, checksum), corrupt ones are skipped by --resume auto and
-// refused by --resume PATH, old ones are pruned; a real trainer process killed with SIGKILL and resumed ends
+// refused by --resume PATH, old ones are pruned; the background writer writes what was submitted, reports a failed
+// write once, finishes the write in flight when it goes; a real trainer process killed with SIGKILL and resumed ends
 // with bit-identical weights and the same per-step losses as an uninterrupted run; SIGTERM saves and exits 3.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "checkpoint/background_writer.h"
 #include "checkpoint/checkpoint.h"
 #include "core/check.h"
 #include "core/fs.h"
@@ -43,6 +45,35 @@ TEST(Checkpoint, RoundTripAndVerify) {
   EXPECT_EQ(back.config_yaml, s.config_yaml);
   ASSERT_EQ(back.tensors.size(), 2u);
   EXPECT_TRUE(torch::equal(back.tensors[0].second, s.tensors[0].second));
+}
+
+// The background writer writes the state as it was at submit (training changes its tensors meanwhile), runs the
+// follow-up after the write, hands a failed write's error back once (naming the file) and writes on after it, and
+// finishes the write in flight when it is destroyed.
+TEST(Checkpoint, BackgroundWriterWritesTheSubmittedStateAndReportsFailuresOnce) {
+  test::TempDir dir;
+  CheckpointState s = sample_state();
+  const torch::Tensor at_submit = s.tensors[0].second.clone();
+  bool followed = false;
+  {
+    BackgroundCheckpointWriter w;
+    w.submit(dir.file("a.safetensors"), s, [&] { followed = fs::exists(dir.file("a.safetensors")); });
+    s.tensors[0].second.add_(1.0);  // what the next optimizer step would do
+    w.wait();
+    EXPECT_TRUE(followed);
+    EXPECT_TRUE(torch::equal(read_checkpoint(dir.file("a.safetensors")).tensors[0].second, at_submit));
+
+    w.submit(dir.file("no/such/folder/b.safetensors"), s);
+    try {
+      w.wait();
+      ADD_FAILURE() << "a write into a missing folder did not fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("b.safetensors"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(w.wait());  // reported once
+    w.submit(dir.file("c.safetensors"), s);
+  }  // the destructor finishes c
+  EXPECT_TRUE(torch::equal(read_checkpoint(dir.file("c.safetensors")).tensors[0].second, at_submit + 1.0));
 }
 
 TEST(Checkpoint, CorruptAndTruncatedFilesAreRefusedAndSkipped) {

@@ -462,13 +462,23 @@ void Trainer::restore_state(const CheckpointState& s) {
 
 void Trainer::save_checkpoint(int64_t epoch, int64_t batch) {
   if (!ctx_.writer()) return;
-  CheckpointDir dir(run_dir_->file("checkpoints"));
+  settle_checkpoint();
+  const CheckpointDir dir(run_dir_->file("checkpoints"));
   const std::string path = dir.path_for(step_);
+  const int64_t keep = cfg_.checkpoint.keep_last;
   try {
     fs::make_dirs(dir.dir());
-    write_checkpoint(path, capture_state(epoch, batch));
-    dir.prune(cfg_.checkpoint.keep_last);
-    log::debug("checkpoint ", path);
+    checkpoints_->submit(path, capture_state(epoch, batch), [dir, keep] { dir.prune(keep); });
+    log::debug("checkpoint ", path, " queued");
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    log::warn("checkpoint failed, the previous one is kept: ", e.what());
+  }
+}
+
+void Trainer::settle_checkpoint() {
+  try {
+    checkpoints_->wait();
   } catch (const Error& e) {
     if (cfg_.checkpoint.stop_on_error) throw;
     log::warn("checkpoint failed, the previous one is kept: ", e.what());
@@ -835,6 +845,7 @@ FitResult Trainer::fit_epochs() {
         bar.done();
         profiler.finish();
         save_checkpoint(epoch, batch_in_epoch);
+        settle_checkpoint();
         log::warn("stop requested: checkpoint written at step ", step_, "; exiting");
         res.preempted = true;
         res.steps = step_;
@@ -873,6 +884,7 @@ FitResult Trainer::fit_epochs() {
   }
   bar.done();
   profiler.finish();
+  settle_checkpoint();
   res.steps = step_;
   res.skipped_steps = static_cast<int64_t>(skipped_.item<double>());
   if (res.skipped_steps > 0) log::warn(res.skipped_steps, " optimizer steps skipped for non-finite gradients");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/background_writer.h"
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/loader.h"
@@ -95,7 +96,10 @@ class Trainer {
   // Progressive resizing: new loaders where the epoch's training side (train_image_size) differs from the last.
   void use_train_size(int64_t epoch);
   void save_final_weights();
+  // Queues the state for the background writer (written while training goes on); settle_checkpoint() waits for
+  // it and reports a failed write (checkpoint.stop_on_error: throw, else warn).
   void save_checkpoint(int64_t epoch, int64_t batch);
+  void settle_checkpoint();
   void save_best(int64_t epoch, int64_t batch, const EvalResult& e);  // checkpoint.keep_best
   // The checkpoint to resume from, read into *state ("" = none); agreed by all ranks.
   std::string find_resume(CheckpointState* state);
@@ -137,6 +141,7 @@ class Trainer {
   torch::Tensor consecutive_;    // device: current run of consecutive skipped steps
   std::vector<torch::Tensor> ema_, ema_src_;  // EMA copies and the model tensors they follow
   std::vector<std::string> ema_names_;
+  std::unique_ptr<BackgroundCheckpointWriter> checkpoints_ = std::make_unique<BackgroundCheckpointWriter>();
   // Runs f with the EMA weights in the model, then puts the trained weights back.
   template <class F> void with_ema_weights(F&& f);
 };
