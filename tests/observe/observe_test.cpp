@@ -118,6 +118,13 @@ TEST(Verdict, OnCraftedTimings) {
   EXPECT_NE(v[0].find("delivered 1000 img/s"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("could train 2000 img/s"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("data.workers"), std::string::npos) << v[0];
+  t.starved_steps = 2;  // the GPU never ran dry for data: the wait was a full launch queue behind a busy GPU
+  EXPECT_TRUE(bottleneck_verdicts(t).empty());
+  t.starved_steps = 60;  // it ran dry before 60% of the batches came
+  v = bottleneck_verdicts(t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("input-bound: 50%"), std::string::npos) << v[0];
+  t.starved_steps = -1;
 
   t.data_wait_s = 0.0;
   t.copy_s = 9.5;  // copies as long as the compute

@@ -663,6 +663,7 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
                                .add("compute_s", compute_s)
                                .add("copy_s", et.copy_s)
                                .add("gpu_idle_steps", std::max<int64_t>(et.drained_steps, 0))
+                               .add("gpu_starved_steps", std::max<int64_t>(et.starved_steps, 0))
                                .add("steps", steps)
                                .add("micro_batches", et.steps)
                                .add("bad_samples", train_loader_->bad_samples())
@@ -775,6 +776,7 @@ FitResult Trainer::fit_epochs() {
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
     int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0, steps_epoch = 0;
+    int64_t starved_epoch = 0;
     double wait_s = 0, wait_since = 0;  // host time blocked on the input pipeline
     double compute_epoch = 0, copy_since = copy_at_epoch;
     Batch batch;
@@ -787,6 +789,7 @@ FitResult Trainer::fit_epochs() {
         if (!train_loader_->next(batch)) break;
       }
       const double waited = seconds_since(t_wait);
+      if (timer.idle()) ++starved_epoch;  // the batch came after the GPU had finished everything queued
       wait_s += waited;
       wait_since += waited;
       timer.start();
@@ -880,6 +883,7 @@ FitResult Trainer::fit_epochs() {
     et.data_wait_s = wait_s;
     et.copy_s = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
     et.drained_steps = ctx_.device.is_cuda() ? drained_epoch : -1;
+    et.starved_steps = ctx_.device.is_cuda() ? starved_epoch : -1;
     report_epoch(epoch, et, steps_epoch, compute_epoch, eval_text);
   }
   bar.done();

@@ -1,5 +1,7 @@
 // Where the step time went, and what to change: verdicts drawn from an epoch's timings.
-//   input-bound   the loop waited for batches >= 10% of the epoch
+//   input-bound   the loop waited for batches >= 10% of the epoch and, on a GPU, the GPU had run dry before the
+//                 batch came in >= 10% of steps (a loader that launches its work on the training stream waits in
+//                 a full launch queue behind a busy GPU: that wait is the GPU's pace, not the input's)
 //   copy-bound    host-to-device copies (GPU events on the copy stream) took >= 90% of the compute time, so the
 //                 side stream can no longer hide them
 //   launch-bound  the GPU had finished all queued work when the host came back for the next batch in >= 50% of
@@ -18,6 +20,7 @@ struct EpochTimings {
   double data_wait_s = 0;    // host time blocked on the input pipeline
   double copy_s = -1;        // GPU time of host-to-device copies; < 0: not measured (CPU, GPU-resident data)
   int64_t drained_steps = -1;  // steps at whose start the GPU was idle; < 0: not measured (CPU)
+  int64_t starved_steps = -1;  // steps whose batch came after the GPU had finished all queued work; < 0: not measured
 };
 
 std::vector<std::string> bottleneck_verdicts(const EpochTimings& t);
