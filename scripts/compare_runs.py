@@ -11,22 +11,16 @@ import argparse
 import json
 import sys
 
+from metrics_jsonl import records
+
 
 def read_run(path):
     losses, top1 = {}, None
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"compare_runs: {path}:{n}: not a JSON line ({e})")
-            if rec.get("kind") == "train" and "loss" in rec and "step" in rec:
-                losses[int(rec["step"])] = float(rec["loss"])
-            elif rec.get("kind") == "eval" and "top1" in rec:
-                top1 = float(rec["top1"])
+    for rec in records(path, "compare_runs"):
+        if rec.get("kind") == "train" and "loss" in rec and "step" in rec:
+            losses[int(rec["step"])] = float(rec["loss"])
+        elif rec.get("kind") == "eval" and "top1" in rec:
+            top1 = float(rec["top1"])
     if not losses:
         sys.exit(f"compare_runs: {path}: no training losses (lines with kind 'train', 'step' and 'loss')")
     return losses, top1

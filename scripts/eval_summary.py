@@ -12,22 +12,16 @@ import json
 import statistics
 import sys
 
+from metrics_jsonl import records
+
 FIGURES = (("eval", "top1"), ("eval", "top1_hflip"), ("eval_ema", "top1"), ("eval_ema", "top1_hflip"))
 
 
 def last_evals(path):
     last = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"eval_summary: {path}:{n}: not a JSON line ({e})")
-            if rec.get("kind") in ("eval", "eval_ema"):
-                last[rec["kind"]] = rec
+    for rec in records(path, "eval_summary"):
+        if rec.get("kind") in ("eval", "eval_ema"):
+            last[rec["kind"]] = rec
     if "eval" not in last:
         sys.exit(f"eval_summary: {path}: no evaluation (a line with kind 'eval')")
     out = {"epoch": last["eval"].get("epoch"), "step": last["eval"].get("step")}
