@@ -12,7 +12,7 @@
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
-#     run's loss curve against the spread between seeds of off)
+#     run's loss curve against the spread between seeds of off; only metrics come back, not the weights)
 # The phases of earlier issues (pipeline paths, decode choices, shards, ratios) became the suite's sections or
 # are in git history with the results they made (bench/results/*/README.md name their commits).
 # Logs and JSON go to OUTDIR.
@@ -164,12 +164,15 @@ PY
          --set model.channels_last=false --set data.synthetic_samples=4096 --set train.epochs=19
          --set optim.name=adamw --set optim.lr=0.001 --set optim.weight_decay=0.05 --set optim.schedule=cosine
          --set optim.warmup_epochs=2 --set train.eval_interval=0 --set run.log_interval=8
-         --set checkpoint.every_epoch=false --set run.out_dir="$out/eq")
+         --set checkpoint.every_epoch=false --set run.out_dir=/tmp/vitequiv)  # weights stay there
+    rm -rf /tmp/vitequiv
     for seed in "${seeds[@]}"; do
       $T "${vit[@]}" --set run.seed=$seed --set model.fused_norm=off --set run.name=off_seed$seed > /dev/null 2>&1
     done
     $T "${vit[@]}" --set run.seed=${seeds[0]} --set run.name=fused_seed${seeds[0]} > /dev/null 2>&1
-    m() { echo "$out/eq/$1/metrics.jsonl"; }
+    mkdir -p "$out/eq"
+    for d in /tmp/vitequiv/*/; do cp "$d/metrics.jsonl" "$out/eq/$(basename "$d").metrics.jsonl"; done
+    m() { echo "$out/eq/$1.metrics.jsonl"; }
     others=(); for seed in "${seeds[@]:1}"; do others+=("$(m off_seed$seed)"); done
     python3 scripts/compare_runs.py "$(m off_seed${seeds[0]})" "${others[@]}" "$(m fused_seed${seeds[0]})" \
       --json "$out/eq/compare.json" | tee "$out/eq/compare.txt"
