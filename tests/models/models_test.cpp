@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "models/batchnorm.h"
 #include "models/fused_batchnorm.h"
+#include "models/internal/grad_ownership.h"
 #include "models/max_pool.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
@@ -390,6 +391,48 @@ TEST(Models, FusedNormKeepsTheCpuPath) {
                                      FusedNorm::on));
   EXPECT_EQ(config_from_overrides({"model.fused_norm=on"}).model.fused_norm, "on");
   EXPECT_THROW(config_from_overrides({"model.fused_norm=yes"}), ConfigError);
+}
+
+// glue::sole_gradient, what lets a fused backward write over its incoming gradient (fc1's bias + GELU over fc2's
+// input gradient): true for the gradient a 3-D linear's backward hands on (a view of its matmul's output), false
+// wherever anyone else can see the memory: a gradient the caller passed and holds, a temporary view of a tensor
+// the caller holds, a gradient a hook kept.
+struct GradProbe : torch::autograd::Function<GradProbe> {
+  static bool* sole;
+  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) { return x.clone(); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    torch::Tensor g = std::move(grads[0]);
+    *sole = glue::sole_gradient(g);
+    return {g};
+  }
+};
+bool* GradProbe::sole = nullptr;
+
+TEST(GradOwnership, OnlyAGradientNobodyElseReachesIsOverwritable) {
+  bool sole = false;
+  GradProbe::sole = &sole;
+  torch::manual_seed(0);
+  const torch::Tensor h = torch::randn({2, 5, 16}, torch::requires_grad()), w2 = torch::randn({8, 16});
+  auto probed = [&] { return GradProbe::apply(h); };
+
+  torch::linear(probed(), w2).sum().backward();
+  EXPECT_TRUE(sole) << "the gradient out of fc2's backward";
+
+  const torch::Tensor held = torch::randn({2, 5, 16});
+  probed().backward(held);
+  EXPECT_FALSE(sole) << "a gradient the caller holds";
+
+  const torch::Tensor held_base = torch::randn({10, 16});
+  probed().backward(held_base.view({2, 5, 16}));
+  EXPECT_FALSE(sole) << "a view of a tensor the caller holds";
+
+  torch::Tensor kept;
+  torch::Tensor p = probed();
+  p.register_hook([&](torch::Tensor g) { kept = g; });
+  torch::linear(p, w2).sum().backward();
+  EXPECT_FALSE(sole) << "a gradient a hook kept";
+  EXPECT_TRUE(kept.defined());
 }
 
 }  // namespace

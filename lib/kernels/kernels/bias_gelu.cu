@@ -73,8 +73,8 @@ __device__ __forceinline__ void backward_row(T* dh, const float (&b)[kVec], cons
 
 template <typename T>
 __global__ void __launch_bounds__(kTileThreads)
-    backward_kernel(const T* __restrict__ dy, const T* __restrict__ h, const float* __restrict__ bias,
-                    T* __restrict__ dh, float* __restrict__ partial, int64_t rows, int C) {
+    backward_kernel(const T* dy, const T* __restrict__ h, const float* __restrict__ bias, T* dh,
+                    float* __restrict__ partial, int64_t rows, int C) {  // dh may be dy: each value is read first
   const int c = (blockIdx.x * kTX + threadIdx.x) * kVec;
   float sum[kVec] = {};
   if (c < C) {

@@ -23,7 +23,8 @@ cudaError_t bias_gelu_forward(const void* h, const float* bias, void* y, HalfTyp
 // fp32 workspace bias_gelu_backward needs for rows x C on the current device.
 int64_t bias_gelu_workspace_floats(int64_t rows, int64_t C);
 
-// dy: the gradient of y; h, bias: the forward's inputs. Writes dh (dt) and dbias (C floats).
+// dy: the gradient of y; h, bias: the forward's inputs. Writes dh (dt; it may be dy, overwritten in place) and
+// dbias (C floats).
 cudaError_t bias_gelu_backward(const void* dy, const void* h, const float* bias, HalfType dt, int64_t rows, int64_t C,
                                void* dh, float* dbias, float* workspace, cudaStream_t stream);
 

@@ -2,8 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #ifdef TRAINER_WITH_KERNELS
 #include "kernels/bias_gelu.h"
+#include "models/internal/grad_ownership.h"
 #include "models/internal/kernel_glue.h"
 #endif
 
@@ -32,10 +35,13 @@ struct BiasGelu : public torch::autograd::Function<BiasGelu> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &h = saved[0], &bias = saved[1];
-    torch::Tensor dy = grads[0].to(h.scalar_type()).contiguous();
+    torch::Tensor dy = std::move(grads[0]);
+    dy = dy.to(h.scalar_type()).contiguous();
     if (!glue::aligned(dy, 16)) dy = dy.clone();
     const int64_t C = h.size(-1), rows = h.numel() / C;
-    torch::Tensor dh = torch::empty_like(h);
+    // dh over dy where nobody else reaches dy (fc2's input gradient in a ViT): the last block's MLP backward, the
+    // first to run, sets the step's peak memory, every activation still alive beside dy and dh
+    torch::Tensor dh = glue::sole_gradient(dy) ? dy.view(h.sizes()) : torch::empty_like(h);
     torch::Tensor dbias = torch::empty({C}, bias.options());
     torch::Tensor ws = torch::empty({kernels::bias_gelu_workspace_floats(rows, C)}, bias.options());
     check(kernels::bias_gelu_backward(dy.data_ptr(), h.data_ptr(), bias.data_ptr<float>(), glue::half_type_of(h),
