@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <chrono>
@@ -157,6 +158,33 @@ TEST_P(CudaGraph, ReplayedStepMatchesEagerStep) {
     const auto [fused, all] = fused_batchnorm_layers(*graph.model());
     EXPECT_EQ(fused, all) << "batch norms that ran fused in the captured step";
   }
+}
+
+// train.cuda_graph: once the step is captured, what the run reserves is about one step's memory (the graph's pool
+// and the weights), not the eager warm-up steps' cached blocks on top of it.
+TEST(Gpu, CudaGraphReservesOneStepNotTwo) {
+  REQUIRE_GPU();
+  Config c = gpu_config("resnet18", "bf16");
+  c.model.num_classes = 10;
+  c.data.image_size = 128;
+  c.train.cuda_graph = true;
+  RunContext ctx;
+  ctx.device = torch::Device(torch::kCUDA, 0);
+  Trainer t(c, ctx, false);
+  auto opts = torch::TensorOptions().device(ctx.device);
+  const Batch b{torch::randn({64, 3, 128, 128}, opts).contiguous(torch::MemoryFormat::ChannelsLast),
+                torch::randint(10, {64}, opts.dtype(torch::kInt64)), {}};
+  torch::cuda::synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();  // earlier tests' cached blocks
+  for (int i = 0; i < 3; ++i) t.train_step(b);     // eager: cuDNN tuning, optimizer state
+  torch::cuda::synchronize();
+  const double eager = gpu_memory(ctx.device).reserved_gib;
+  for (int i = 0; i < 3; ++i) t.train_step(b);     // the capture, then replays
+  torch::cuda::synchronize();
+  ASSERT_TRUE(t.step_graph_active());
+  const double graph = gpu_memory(ctx.device).reserved_gib;
+  std::printf("  reserved after the eager steps %.3f GiB, after the capture %.3f GiB\n", eager, graph);
+  EXPECT_LT(graph, 1.5 * eager);
 }
 
 // train.cuda_graph while a loader's threads make their own CUDA calls (copies, event queries, nvJPEG): the

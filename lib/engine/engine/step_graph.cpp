@@ -7,6 +7,7 @@
 #ifdef TRAINER_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -54,6 +55,10 @@ void StepGraph::capture(const torch::Tensor& images, const torch::Tensor& target
   at::cuda::CUDAEvent done;
   done.record(side);
   done.block(main);
+  // The eager steps before the capture left a step's worth of blocks cached in the ordinary pool, which the
+  // replays never use (the graph has a pool of its own, which this keeps): give them back, so that what the run
+  // reserves is the graph's step, not two steps' worth.
+  c10::cuda::CUDACachingAllocator::emptyCache();
   captured_ = true;
 #else
   (void)body;
