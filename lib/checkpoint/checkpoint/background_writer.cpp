@@ -8,8 +8,8 @@ namespace trainer {
 
 CheckpointState host_copy(const CheckpointState& s) {
   CheckpointState out = s;
-  for (auto& kv : out.tensors)
-    kv.second = kv.second.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  // layout as it is: write_checkpoint makes each tensor contiguous itself, on the writer thread
+  for (auto& kv : out.tensors) kv.second = kv.second.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   return out;
 }
 

@@ -44,7 +44,7 @@ class BackgroundCheckpointWriter {
   std::thread thread_;
 };
 
-// `s` with every tensor copied to contiguous host memory (never sharing storage with the original).
+// `s` with every tensor copied to host memory (never sharing storage with the original).
 CheckpointState host_copy(const CheckpointState& s);
 
 }  // namespace trainer

@@ -39,8 +39,8 @@ struct BiasGelu : public torch::autograd::Function<BiasGelu> {
     dy = dy.to(h.scalar_type()).contiguous();
     if (!glue::aligned(dy, 16)) dy = dy.clone();
     const int64_t C = h.size(-1), rows = h.numel() / C;
-    // dh over dy where nobody else reaches dy (fc2's input gradient in a ViT): the last block's MLP backward, the
-    // first to run, sets the step's peak memory, every activation still alive beside dy and dh
+    // dh over dy where nobody else reaches dy (fc2's input gradient in a ViT): one rows x C buffer less in the last
+    // block's MLP backward, the first to run, where every activation is still alive beside dy and dh
     torch::Tensor dh = glue::sole_gradient(dy) ? dy.view(h.sizes()) : torch::empty_like(h);
     torch::Tensor dbias = torch::empty({C}, bias.options());
     torch::Tensor ws = torch::empty({kernels::bias_gelu_workspace_floats(rows, C)}, bias.options());
