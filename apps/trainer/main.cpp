@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <exception>
 #include <iostream>
@@ -154,7 +155,8 @@ int run(int argc, char** argv) {
   log::set_level(log::parse_level(cfg.run.log_level));
 
   // ---- one process per GPU: rendezvous from torchrun / mpirun / Slurm variables ----
-  const DistEnv denv = parse_dist_env(process_env());
+  const auto env = process_env();
+  const DistEnv denv = parse_dist_env(env);
   RunContext ctx;
   ctx.device = select_device(cfg.run.device, denv.local_rank);
   std::unique_ptr<DistContext> dist;
@@ -172,6 +174,12 @@ int run(int argc, char** argv) {
   // On the GPU no CPU math runs in the hot loop; one intra-op thread keeps OpenMP workers from competing with
   // the decode threads for cores.
   if (ctx.device.is_cuda()) at::set_num_threads(1);
+  const int cpu_threads = cpu_threads_per_rank(denv, env, static_cast<int>(std::thread::hardware_concurrency()));
+  if (!ctx.device.is_cuda() && cpu_threads > 0) {
+    at::set_num_threads(cpu_threads);
+    log::info(cpu_threads, " intra-op threads for this rank: the machine's cores shared by its ", denv.local_world_size,
+              " ranks (OMP_NUM_THREADS overrides)");
+  }
 
   if (cl.command == "bench") {
     const BenchResult r = run_bench(cfg, ctx);

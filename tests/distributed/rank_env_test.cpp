@@ -99,5 +99,15 @@ TEST(DistEnv, SlurmNodelists) {
   EXPECT_EQ(first_slurm_host("single"), "single");
 }
 
+TEST(DistEnv, CpuRanksShareTheMachinesCores) {
+  const auto four_here = parse_dist_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                         {"LOCAL_WORLD_SIZE", "4"}});
+  EXPECT_EQ(cpu_threads_per_rank(four_here, {}, 16), 4);
+  EXPECT_EQ(cpu_threads_per_rank(four_here, {}, 6), 1) << "6 cores among 4 ranks: one each, not 1.5";
+  EXPECT_EQ(cpu_threads_per_rank(four_here, {}, 2), 1) << "never fewer than one thread";
+  EXPECT_EQ(cpu_threads_per_rank(four_here, {{"OMP_NUM_THREADS", "3"}}, 16), 0) << "the user's choice stands";
+  EXPECT_EQ(cpu_threads_per_rank(parse_dist_env({}), {}, 16), 0) << "a process alone keeps torch's default";
+}
+
 }  // namespace
 }  // namespace trainer

@@ -1,5 +1,6 @@
 #include "distributed/rank_env.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/check.h"
@@ -131,6 +132,11 @@ std::map<std::string, std::string> process_env() {
     if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   return m;
+}
+
+int cpu_threads_per_rank(const DistEnv& d, const std::map<std::string, std::string>& env, int cores) {
+  if (d.local_world_size <= 1 || env.count("OMP_NUM_THREADS")) return 0;
+  return std::max(1, cores / d.local_world_size);
 }
 
 }  // namespace trainer

@@ -24,6 +24,11 @@ struct DistEnv {
 // Throws ConfigError on inconsistent values (rank >= world size, non-numbers).
 DistEnv parse_dist_env(const std::map<std::string, std::string>& env);
 std::map<std::string, std::string> process_env();
+// Intra-op (OpenMP) threads for a rank computing on the CPU: the machine's cores shared among the ranks on it, at
+// least one each (with every rank's OpenMP team as large as the machine, the teams spin against each other: two
+// ranks on two cores ran 4.5x slower). 0 means keep torch's default: the rank is alone on its machine, or
+// OMP_NUM_THREADS says what the user wants.
+int cpu_threads_per_rank(const DistEnv& d, const std::map<std::string, std::string>& env, int cores);
 // Slurm's SLURM_TASKS_PER_NODE form, one count per node: "4(x2),3" -> {4, 4, 3}. Throws ConfigError.
 std::vector<int> slurm_tasks_per_node(const std::string& value);
 // "node[03-05,9],other" -> "node03"; "a,b" -> "a".
