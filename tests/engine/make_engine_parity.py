@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fixtures for the engine parity tests, made with PyTorch on the CPU in fp32:
-  - resnet18 (timm, in_chans=1, 10 classes) initial weights, 50 fixed batches, and the losses and final weights
-    of 50 steps of torch.optim.SGD (momentum 0.9, nesterov, wd 5e-4) and of torch.optim.AdamW, each with timm's
+  - resnet18 (timm, in_chans=1, 10 classes) initial weights, 30 fixed batches of 32, and the losses and final
+    weights of 30 steps of torch.optim.SGD (momentum 0.9, nesterov, wd 5e-4) and of torch.optim.AdamW, each with timm's
     param_groups_weight_decay split (no decay on 1-D params);
   - the same for timm.optim.Lamb (lr 5e-4, wd 0.05, eps 1e-6, its global grad-norm clip at 1.0);
   - the scale sequence of torch.amp.GradScaler('cpu', growth_interval=3) on a crafted overflow sequence;
@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from timm.optim import Lamb, param_groups_weight_decay
 from torchvision.transforms import v2
 
-STEPS, BATCH = 50, 64
+STEPS, BATCH = 30, 32
 
 
 def train(opt_name, init, batches, labels):
