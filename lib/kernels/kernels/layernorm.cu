@@ -187,14 +187,35 @@ void forward_launch(const float* x, const void* a, float* s, void* y, int64_t ro
       rstd);
 }
 
+// the backward's grid: one resident wave, or fewer blocks where the rows do not fill it; the workspace holds
+// two rows of D partial sums per block
+template <typename T, int NP, bool DS, bool DA>
+int backward_grid(int64_t rows) {
+  const int64_t want = int64_t(sm_count()) * blocks_per_sm<backward_kernel<T, NP, DS, DA>>();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, (rows + kWarps - 1) / kWarps)));
+}
+
+// f(T*, integral_constant NP, bool_constant DS, bool_constant DA) for the backward's variant; false if D is not
+// a supported width
+template <typename F> bool with_backward_variant(HalfType dt, int64_t D, bool ds, bool da, F&& f) {
+  bool ok = false;
+  with_type(dt, [&](auto tag) {
+    ok = with_width(D, [&](auto np) {
+      using yes = std::true_type;
+      using no = std::false_type;
+      if (ds) da ? f(tag, np, yes{}, yes{}) : f(tag, np, yes{}, no{});
+      else da ? f(tag, np, no{}, yes{}) : f(tag, np, no{}, no{});
+    });
+  });
+  return ok;
+}
+
 template <typename T, int NP, bool DS, bool DA>
 int backward_launch(const void* dy, const float* ds, const float* s, const float* mean, const float* rstd,
                     const float* w, int64_t rows, float* dx, void* da, float* partial, cudaStream_t stream) {
   using P2 = typename Pair<T>::type;
-  constexpr auto kernel = backward_kernel<T, NP, DS, DA>;
-  const int64_t want = int64_t(sm_count()) * blocks_per_sm<kernel>();
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, (rows + kWarps - 1) / kWarps)));
-  kernel<<<grid, kThreads, 0, stream>>>(static_cast<const P2*>(dy), reinterpret_cast<const float2*>(ds),
+  const int grid = backward_grid<T, NP, DS, DA>(rows);
+  backward_kernel<T, NP, DS, DA><<<grid, kThreads, 0, stream>>>(static_cast<const P2*>(dy), reinterpret_cast<const float2*>(ds),
                                         reinterpret_cast<const float2*>(s), mean, rstd,
                                         reinterpret_cast<const float2*>(w), rows, reinterpret_cast<float2*>(dx),
                                         static_cast<P2*>(da), partial);
@@ -223,27 +244,25 @@ cudaError_t ln_forward(const float* x, const void* a, float* s, void* y, HalfTyp
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-int64_t ln_workspace_floats(int64_t D) { return 2 * int64_t(sm_count()) * kMaxBlocksPerSm * D; }
+int64_t ln_workspace_floats(int64_t rows, int64_t D, HalfType dt, bool with_ds, bool with_da) {
+  int64_t floats = 0;
+  with_backward_variant(dt, D, with_ds, with_da, [&](auto tag, auto np, auto ds, auto da) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    floats = 2 * int64_t(backward_grid<T, decltype(np)::value, decltype(ds)::value, decltype(da)::value>(rows)) * D;
+  });
+  return floats;
+}
 
 cudaError_t ln_backward(const void* dy, const float* ds, const float* s, const float* mean, const float* rstd,
                         const float* weight, HalfType dt, int64_t rows, int64_t D, float* dx, void* da,
                         float* dweight, float* dbias, float* workspace, cudaStream_t stream) {
-  bool ok = false;
-  with_type(dt, [&](auto tag) {
+  const bool ok = with_backward_variant(dt, D, ds != nullptr, da != nullptr, [&](auto tag, auto np, auto has_ds,
+                                                                                  auto has_da) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    ok = with_width(D, [&](auto np) {
-      constexpr int NP = decltype(np)::value;
-      const auto launch = [&](auto has_ds, auto has_da) {
-        return backward_launch<T, NP, decltype(has_ds)::value, decltype(has_da)::value>(
-            dy, ds, s, mean, rstd, weight, rows, dx, da, workspace, stream);
-      };
-      using yes = std::true_type;
-      using no = std::false_type;
-      const int grid = ds ? (da ? launch(yes{}, yes{}) : launch(yes{}, no{}))
-                          : (da ? launch(no{}, yes{}) : launch(no{}, no{}));
-      column_sums(workspace, grid, D, dweight, stream);
-      column_sums(workspace + int64_t(grid) * D, grid, D, dbias, stream);
-    });
+    const int grid = backward_launch<T, decltype(np)::value, decltype(has_ds)::value, decltype(has_da)::value>(
+        dy, ds, s, mean, rstd, weight, rows, dx, da, workspace, stream);
+    column_sums(workspace, grid, D, dweight, stream);
+    column_sums(workspace + int64_t(grid) * D, grid, D, dbias, stream);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

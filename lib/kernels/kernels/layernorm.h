@@ -25,8 +25,9 @@ cudaError_t ln_forward(const float* x, const void* a, float* s, void* y, HalfTyp
                        const float* weight, const float* bias, float eps, float* mean, float* rstd,
                        cudaStream_t stream);
 
-// fp32 workspace ln_backward needs for D on the current device.
-int64_t ln_workspace_floats(int64_t D);
+// fp32 workspace ln_backward needs on the current device for rows x D, with or without ds and da (its grid's
+// partial sums: 2 x blocks x D).
+int64_t ln_workspace_floats(int64_t rows, int64_t D, HalfType dt, bool with_ds, bool with_da);
 
 // dy: the gradient of y (dt); ds: of s through its other use (fp32, may be null); s, mean, rstd, weight: the
 // forward's. Writes dx = ds + dLayerNorm/ds (fp32), da (dt, may be null) = the same values, dweight, dbias (D).

@@ -66,7 +66,8 @@ struct FusedAddLayerNorm : public torch::autograd::Function<FusedAddLayerNorm> {
     torch::Tensor da = has_a ? torch::empty(s.sizes(), s.options().dtype(a_dtype)) : torch::Tensor();
     const auto f = s.options().dtype(torch::kFloat32);
     torch::Tensor dweight = torch::empty({D}, f), dbias = torch::empty({D}, f);
-    torch::Tensor ws = torch::empty({kernels::ln_workspace_floats(D)}, f);
+    torch::Tensor ws = torch::empty(
+        {kernels::ln_workspace_floats(rows, D, glue::half_type_of(dy), ds.defined(), has_a)}, f);
     TRAINER_CHECK(!has_a || a_dtype == dy.scalar_type(),
                   "fused layer norm: the branch and the output gradient must share a dtype");
     check(kernels::ln_backward(dy.data_ptr(), f32(ds), f32(s), f32(mean), f32(rstd), f32(weight),
