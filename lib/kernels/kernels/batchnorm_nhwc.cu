@@ -6,7 +6,7 @@
 // enough 16-byte loads in flight to stream at HBM speed. The grid is one wave of resident blocks (occupancy asked
 // of the runtime per kernel). Reductions: each thread sums its rows in fp32 registers, the block sums over TY in
 // shared memory and writes one partial per channel; a finalize kernel adds the partials in double, 32 channels per
-// block, its 8 warps splitting the partials. Statistics use sums shifted by the first row's value (close to the
+// block, its 32 warps splitting the partials. Statistics use sums shifted by the first row's value (close to the
 // mean, so the variance E[(x-k)^2] - E[x-k]^2 does not cancel), not E[x^2] - E[x]^2.
 #include "batchnorm_nhwc.h"
 
@@ -208,14 +208,16 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
   }
 }
 
-// The finalize kernels run blocks of (32 channels, 8 partial rows). Channel c's two sums over the reduction's grid_y
-// partials, in double; the result is valid in threadIdx.y == 0.
-constexpr int kFinalX = 32, kFinalY = 8;
+// The finalize kernels run blocks of (32 channels, 32 partial rows): a small layer's few blocks each take a short
+// column of the up to ~1,000 partials (the finalize is latency, not bandwidth). Channel c's two sums over the
+// reduction's grid_y partials, in double; the result is valid in threadIdx.y == 0.
+constexpr int kFinalX = 32, kFinalY = 32;
 __device__ __forceinline__ void sum_partials(const float* __restrict__ partial, int grid_y, int C, int c, double* a,
                                              double* b) {
   __shared__ double sh[2][kFinalY][kFinalX];
   double sa = 0, sb = 0;
   if (c < C)
+#pragma unroll 4
     for (int j = threadIdx.y; j < grid_y; j += kFinalY) {
       sa += partial[int64_t(j) * C + c];
       sb += partial[(int64_t(grid_y) + j) * C + c];
