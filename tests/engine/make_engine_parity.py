@@ -19,6 +19,9 @@ from timm.optim import Lamb, param_groups_weight_decay
 from torchvision.transforms import v2
 
 STEPS, BATCH = 30, 32
+# one intra-op thread, as the C++ side runs: the same wheel's CPU kernels then give the same rounding on both sides
+# whatever the machine's cores (with 1 here and 2 there, SGD's 30 steps drift apart from step ~17)
+torch.set_num_threads(1)
 
 
 def train(opt_name, init, batches, labels):
