@@ -607,6 +607,32 @@ TEST_F(Folder, RamCacheServesLaterEpochsWithoutTheFiles) {
   EXPECT_GT(small.cached_bytes(), 0);
 }
 
+// data.cache: restart. Epoch 0 rewrites each JPEG with a restart marker after every MCU as it caches it; later
+// epochs cut the crop windows out of the cached files (as from trainer pack's shards) and give the pixels plain
+// crop decoding gives.
+TEST_F(Folder, RestartCacheCutsLaterEpochsWindowsWithTheSamePixels) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  ImageLoaderOptions o = options(2);
+  o.drop_last = false;
+  ImageLoader plain(list.samples, o, torch::kCPU);
+  o.cache_gb = 1;
+  o.cache_restart = true;
+  ImageLoader cached(list.samples, o, torch::kCPU);
+  const auto a0 = epoch(cached, 0), b0 = epoch(plain, 0), b1 = epoch(plain, 1);
+  EXPECT_EQ(plain.stage_totals().cut, 0) << "the fixtures have no restart markers of their own";
+  fs::remove_tree(dir.file("set"));
+  const StageTotals before = cached.stage_totals();
+  const auto a1 = epoch(cached, 1);
+  const StageTotals after = cached.stage_totals();
+  EXPECT_GT(after.cut - before.cut, (after.samples - before.samples) / 2) << "later epochs cut their windows out";
+  EXPECT_EQ(cached.bad_samples(), 0);
+  ASSERT_EQ(a0.size(), b0.size());
+  ASSERT_EQ(a1.size(), b1.size());
+  for (size_t i = 0; i < a0.size(); ++i) EXPECT_TRUE(torch::equal(a0[i], b0[i])) << "epoch 0 batch " << i;
+  for (size_t i = 0; i < a1.size(); ++i) EXPECT_TRUE(torch::equal(a1[i], b1[i])) << "epoch 1 batch " << i;
+}
+
 TEST_F(Folder, DecodedCacheSkipsReadAndDecodeInLaterEpochs) {
   test::TempDir dir;
   const auto list = scan_image_folder(make_folder(dir));

@@ -176,9 +176,11 @@ Schema fields_of(Config& c) {
               "most this many GiB; 0 = off",
               at_least(0));
   s.add_string("data.cache", &c.data.cache,
-               "what data.cache_gb keeps: encoded (the files' bytes) or decoded (full RGB images: later epochs only "
-               "crop and resize; DCT scaling and crop-only decode are then unused)",
-               {"encoded", "decoded"});
+               "what data.cache_gb keeps: encoded (the files' bytes), restart (each JPEG rewritten losslessly with a "
+               "restart marker after every MCU, as trainer pack does: the first epoch pays the rewrite, later ones "
+               "entropy-decode only the crop window) or decoded (full RGB images: later epochs only crop and resize; "
+               "DCT scaling and crop-only decode are then unused)",
+               {"encoded", "restart", "decoded"});
   s.add_list("data.jitter", &c.data.jitter,
              "training colour jitter [brightness, contrast, saturation, hue] as torchvision's ColorJitter, per "
              "sample on the device; empty = off",

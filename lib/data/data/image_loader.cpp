@@ -23,7 +23,9 @@
 #include "core/log.h"
 #include "core/random.h"
 #include "data/image_ops.h"
+#include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_encoder.h"
 #include "data/sharding.h"
 
 namespace trainer {
@@ -335,7 +337,8 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     bytes = &file;
     if (cache_) {
       auto e = std::make_unique<CacheEntry>();
-      e->bytes = file;
+      const bool full = cache_full_logged_.load(std::memory_order_relaxed);  // nothing more will be cached
+      if (full || !opt_.cache_restart || !with_restart_markers(file, e->bytes, name)) e->bytes = file;
       if (const CacheEntry* p = publish(index, std::move(e), static_cast<int64_t>(file.size()))) bytes = &p->bytes;
     }
   }
@@ -371,6 +374,17 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
   t0 = Clock::now();
   resize_rgb_mapped(img.pixels.data(), img.width, img.height, m, dst, S, S, S * 3, flip, filter);
   resize_ns_.fetch_add(ns_since(t0));
+}
+
+// data.cache: restart. The rewrite reads every coefficient, so a corrupt file throws here as its decode would.
+bool ImageLoader::with_restart_markers(const std::vector<uint8_t>& file, std::vector<uint8_t>& out,
+                                       const std::string& name) {
+  if (sniff_format(file.data(), file.size()) != ImageFormat::jpeg) return false;
+  RestartIndex idx;
+  if (index_restart_intervals(file.data(), file.size(), idx, 0)) return false;  // cuttable as it is
+  if (!transcode_with_restarts(file.data(), file.size(), out, name)) return false;
+  transcoded_.fetch_add(1);
+  return true;
 }
 
 const ImageLoader::CacheEntry* ImageLoader::publish(int64_t index, std::unique_ptr<CacheEntry> e, int64_t size) {

@@ -53,6 +53,10 @@ struct ImageLoaderOptions {
   bool normalize = true;        // false: next() returns the raw uint8 NHWC batch (bench-data, tests)
   double cache_gb = 0;          // > 0: keep samples in RAM after their first read, up to this many GiB
   bool cache_decoded = false;   // cache decoded full images (no decode in later epochs) instead of the files
+  // cache each JPEG rewritten losslessly with a restart marker after every MCU (as `trainer pack` writes shards),
+  // so that later epochs entropy-decode only the crop window's MCUs; files that have usable markers already, or
+  // cannot be rewritten (CMYK), are cached as they are
+  bool cache_restart = false;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +
@@ -137,12 +141,15 @@ class ImageLoader : public Loader {
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, cut_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
+  std::atomic<int64_t> transcoded_{0};  // cache_restart: files rewritten with restart markers
   // cache_gb: each sample's encoded bytes or decoded image after the first read, published once (lock-free)
   struct CacheEntry {
     std::vector<uint8_t> bytes;  // encoded
     RgbImage image;              // decoded
   };
   const CacheEntry* publish(int64_t index, std::unique_ptr<CacheEntry> e, int64_t size);  // null: over budget
+  // cache_restart: `file` rewritten with restart markers into `out`; false: cache the file as it is
+  bool with_restart_markers(const std::vector<uint8_t>& file, std::vector<uint8_t>& out, const std::string& name);
   std::unique_ptr<std::atomic<const CacheEntry*>[]> cache_;
   std::atomic<int64_t> cache_bytes_{0};
   std::atomic<bool> cache_full_logged_{false};

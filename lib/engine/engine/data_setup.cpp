@@ -84,6 +84,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.crop_decode = d.crop_decode;
   o.cache_gb = d.cache_gb;
   o.cache_decoded = d.cache == "decoded";
+  o.cache_restart = d.cache == "restart";
   return o;
 }
 
