@@ -107,10 +107,10 @@ int64_t peak_bytes_during(const std::function<void()>& f) {
 }
 #endif
 
-// fc1 + GELU + fc2 as a ViT block's MLP runs them (8 x 197 tokens, 768 -> 3072 -> 768, bf16 autocast). ATen's
-// backward holds GELU's output gradient and its input gradient at once (fc2's saved input is freed by then); ours
-// writes the second over the first, which nobody else holds, so its peak is lower by most of one such buffer
-// (9.7 MB; our bias partials take a little back). A gradient the caller passes in and still holds is left as it was.
+// fc1 + GELU + fc2 as a ViT block's MLP runs them (8 x 197 tokens, 768 -> 3072 -> 768, bf16 autocast). fc2's
+// backward makes GELU's output gradient (one 9.7 MB buffer); ours writes GELU's input gradient over it, which
+// nobody else holds, so the whole backward never holds more than that one buffer above its start (H200: 9.7 MB,
+// ATen's 14.6; before the overwrite fired, 15.3). A gradient the caller passes in and still holds is left as it was.
 TEST(FusedBiasGelu, BackwardWritesOverOnlyAGradientNobodyElseHolds) {
   REQUIRE_KERNELS();
 #ifdef TRAINER_WITH_KERNELS
@@ -131,7 +131,8 @@ TEST(FusedBiasGelu, BackwardWritesOverOnlyAGradientNobodyElseHolds) {
   const int64_t fused = backward_peak(true), aten = backward_peak(false), buffer = B * N * C * 2;
   std::printf("  MLP backward peak above its start: fused %.1f MB, ATen %.1f MB (one GELU-sized buffer %.1f MB)\n",
               fused / 1e6, aten / 1e6, buffer / 1e6);
-  EXPECT_LE(fused + buffer * 3 / 4, aten);
+  EXPECT_LE(fused, buffer + buffer / 20) << "more than GELU's one gradient buffer alive at once";
+  EXPECT_LT(fused, aten);
 
   const torch::Tensor dy = torch::randn({B * N, C}, o).to(torch::kBFloat16), kept = dy.clone();
   torch::Tensor xi = torch::randn({B * N, C}, o).to(torch::kBFloat16).requires_grad_(true), y;
