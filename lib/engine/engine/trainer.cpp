@@ -653,8 +653,14 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
   const GpuMemory mem = gpu_memory(ctx_.device);
   const double img_per_s = ctx_.world_size * et.images / et.wall_s;
   const double wait_pct = et.wall_s > 0 ? 100.0 * et.data_wait_s / et.wall_s : 0.0;
-  log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%)%s%s", static_cast<long long>(epoch + 1),
-                      et.wall_s, img_per_s, wait_pct, eval_text.c_str(),
+  // the host's wait is not the GPU's: with a full launch queue (a CUDA graph) the host waits while the GPU works
+  const std::string starved = et.starved_steps < 0 ? std::string()
+                                                   : strprintf("; GPU idle for data before %lld of %lld batches",
+                                                               static_cast<long long>(et.starved_steps),
+                                                               static_cast<long long>(et.steps));
+  log::info(strprintf("epoch %lld done in %.2f s (%.0f img/s, data wait %.1f%%%s)%s%s",
+                      static_cast<long long>(epoch + 1), et.wall_s, img_per_s, wait_pct, starved.c_str(),
+                      eval_text.c_str(),
                       ctx_.device.is_cuda() ? strprintf(" | GPU mem peak %.2f GiB", mem.peak_gib).c_str() : ""));
   run_dir_->append_metrics(MetricsRow("epoch", step_, epoch)
                                .add("seconds", et.wall_s)
