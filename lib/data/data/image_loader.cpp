@@ -382,9 +382,7 @@ bool ImageLoader::with_restart_markers(const std::vector<uint8_t>& file, std::ve
   if (sniff_format(file.data(), file.size()) != ImageFormat::jpeg) return false;
   RestartIndex idx;
   if (index_restart_intervals(file.data(), file.size(), idx, 0)) return false;  // cuttable as it is
-  if (!transcode_with_restarts(file.data(), file.size(), out, name)) return false;
-  transcoded_.fetch_add(1);
-  return true;
+  return transcode_with_restarts(file.data(), file.size(), out, name);
 }
 
 const ImageLoader::CacheEntry* ImageLoader::publish(int64_t index, std::unique_ptr<CacheEntry> e, int64_t size) {

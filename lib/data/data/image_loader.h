@@ -141,7 +141,6 @@ class ImageLoader : public Loader {
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, resize_ns_{0}, done_samples_{0}, cut_{0};
   std::atomic<int64_t> copy_ns_{0};  // device time of finished H2D copies
-  std::atomic<int64_t> transcoded_{0};  // cache_restart: files rewritten with restart markers
   // cache_gb: each sample's encoded bytes or decoded image after the first read, published once (lock-free)
   struct CacheEntry {
     std::vector<uint8_t> bytes;  // encoded

@@ -215,10 +215,9 @@ int backward_launch(const void* dy, const float* ds, const float* s, const float
                     const float* w, int64_t rows, float* dx, void* da, float* partial, cudaStream_t stream) {
   using P2 = typename Pair<T>::type;
   const int grid = backward_grid<T, NP, DS, DA>(rows);
-  backward_kernel<T, NP, DS, DA><<<grid, kThreads, 0, stream>>>(static_cast<const P2*>(dy), reinterpret_cast<const float2*>(ds),
-                                        reinterpret_cast<const float2*>(s), mean, rstd,
-                                        reinterpret_cast<const float2*>(w), rows, reinterpret_cast<float2*>(dx),
-                                        static_cast<P2*>(da), partial);
+  backward_kernel<T, NP, DS, DA><<<grid, kThreads, 0, stream>>>(
+      static_cast<const P2*>(dy), reinterpret_cast<const float2*>(ds), reinterpret_cast<const float2*>(s), mean, rstd,
+      reinterpret_cast<const float2*>(w), rows, reinterpret_cast<float2*>(dx), static_cast<P2*>(da), partial);
   return grid;
 }
 
