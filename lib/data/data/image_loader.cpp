@@ -339,7 +339,8 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
       auto e = std::make_unique<CacheEntry>();
       const bool full = cache_full_logged_.load(std::memory_order_relaxed);  // nothing more will be cached
       if (full || !opt_.cache_restart || !with_restart_markers(file, e->bytes, name)) e->bytes = file;
-      if (const CacheEntry* p = publish(index, std::move(e), static_cast<int64_t>(file.size()))) bytes = &p->bytes;
+      const auto size = static_cast<int64_t>(e->bytes.size());  // the rewrite's, where it was rewritten
+      if (const CacheEntry* p = publish(index, std::move(e), size)) bytes = &p->bytes;
     }
   }
   read_ns_.fetch_add(ns_since(t0));
