@@ -238,23 +238,33 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
                                   rm.data_ptr<float>(), rv.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C,
                                   ws.data_ptr<float>(), s);
       });
+      torch::Tensor bits = torch::empty({kernels::bn_relu_bits_bytes(M, C)}, o.dtype(torch::kUInt8));
+      uint8_t* bp = bits.data_ptr<uint8_t>();
       const double apply = test::device_ms([&] {
-        kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, s);
+        kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, nullptr, s);
+      });
+      const double apply_bits = test::device_ms([&] {  // what training runs: the ReLU's bits written too
+        kernels::bn_apply(x.data_ptr(), z.data_ptr(), y.data_ptr(), dt, M, C, p + 2 * C, p + 3 * C, true, bp, s);
       });
       const double backward_relu = test::device_ms([&] {  // bn1/bn2: the mask from x, no dz
-        kernels::bn_backward(dy.data_ptr(), nullptr, nullptr, x.data_ptr(), dx.data_ptr(), nullptr, dt, M, C,
+        kernels::bn_backward(dy.data_ptr(), nullptr, nullptr, nullptr, x.data_ptr(), dx.data_ptr(), nullptr, dt, M, C,
                              w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
                              ws.data_ptr<float>(), s);
       });
       const double backward = test::device_ms([&] {
-        kernels::bn_backward(dy.data_ptr(), nullptr, y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt, M,
-                             C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
-                             ws.data_ptr<float>(), s);
+        kernels::bn_backward(dy.data_ptr(), nullptr, y.data_ptr(), nullptr, x.data_ptr(), dx.data_ptr(),
+                             dz.data_ptr(), dt, M, C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true,
+                             p + 4 * C, p + 5 * C, ws.data_ptr<float>(), s);
       });
       const double backward_two = test::device_ms([&] {  // a forked output: the second gradient read too
-        kernels::bn_backward(dy.data_ptr(), z.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(), dz.data_ptr(),
-                             dt, M, C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C,
-                             p + 5 * C, ws.data_ptr<float>(), s);
+        kernels::bn_backward(dy.data_ptr(), z.data_ptr(), y.data_ptr(), nullptr, x.data_ptr(), dx.data_ptr(),
+                             dz.data_ptr(), dt, M, C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true,
+                             p + 4 * C, p + 5 * C, ws.data_ptr<float>(), s);
+      });
+      const double backward_two_bits = test::device_ms([&] {  // the same with the ReLU's bits instead of y
+        kernels::bn_backward(dy.data_ptr(), z.data_ptr(), nullptr, bp, x.data_ptr(), dx.data_ptr(), dz.data_ptr(), dt,
+                             M, C, w.data_ptr<float>(), p, p + C, p + 2 * C, p + 3 * C, true, p + 4 * C, p + 5 * C,
+                             ws.data_ptr<float>(), s);
       });
       const double add = test::device_ms([&] { torch::add_out(dx, dy, z); });  // what the fork saves
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
@@ -270,13 +280,15 @@ TEST(FusedBatchNorm, EveryPassStreamsItsBytesOnTheResNet50Shapes) {
       });
       fused_sum += sh.in_resnet50 * fused;
       aten_sum += sh.in_resnet50 * aten;
-      std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s, backward %.3f ms "
-                  "%.2f TB/s (ReLU alone %.3f ms %.2f TB/s; two gradients %.3f ms %.2f TB/s against add %.3f ms + "
-                  "backward); fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f ms: %.2fx\n",
+      std::printf("  %s %lldx%lldx%lldx%lld: stats %.3f ms %.2f TB/s, apply %.3f ms %.2f TB/s (with bits %.3f ms), "
+                  "backward %.3f ms %.2f TB/s (ReLU alone %.3f ms %.2f TB/s; two gradients %.3f ms %.2f TB/s, with "
+                  "bits %.3f ms %.2f TB/s, against add %.3f ms + backward); fwd+bwd %.3f ms (%.2f TB/s), ATen %.3f "
+                  "ms: %.2fx\n",
                   test::name_of(dtype), static_cast<long long>(sh.n), static_cast<long long>(sh.c),
                   static_cast<long long>(sh.h), static_cast<long long>(sh.w), stats, tbs(1, stats), apply,
-                  tbs(3, apply), backward, tbs(7, backward), backward_relu, tbs(5, backward_relu), backward_two,
-                  tbs(8, backward_two), add, fused, tbs(11, fused), aten, aten / fused);
+                  tbs(3, apply), apply_bits, backward, tbs(7, backward), backward_relu, tbs(5, backward_relu),
+                  backward_two, tbs(8, backward_two), backward_two_bits, tbs(7.0625, backward_two_bits), add, fused,
+                  tbs(11, fused), aten, aten / fused);
     }
     std::printf("  %s, ResNet-50's 53 layers at batch 256 (with add + ReLU): fused %.2f ms, ATen %.2f ms a step\n",
                 test::name_of(dtype), fused_sum, aten_sum);

@@ -74,16 +74,22 @@ template <typename... P> int pick_vec(int64_t C, const P*... p) {
 
 // Where the ReLU passed the gradient: nowhere masked (kNoMask), y > 0 (kMaskY), or the forward's output recomputed
 // from x with its scale and shift, rounded to T as it was stored, > 0 (kMaskX: for a ReLU without the residual add,
-// so that the backward need not read y).
-enum Mask : int { kNoMask, kMaskY, kMaskX };
+// so that the backward need not read y), or the forward's bits (kMaskBits: y > 0 as bn_apply stored it, one byte per
+// row and channel vector of 8, a sixteenth of reading y; 8-wide kernels only).
+enum Mask : int { kNoMask, kMaskY, kMaskX, kMaskBits };
+
+// the byte of row r's channel vector v in a mask of C / kMaxVec bytes a row
+__device__ __forceinline__ int64_t mask_byte(int64_t r, int C, int v) { return r * (C / kMaxVec) + v; }
 
 template <typename T, int VEC, int MASK>
-__device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const Pack<T, VEC>& x, const float* sc,
-                                          const float* sf) {
+__device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const Pack<T, VEC>& x, uint32_t bits,
+                                          const float* sc, const float* sf) {
+  static_assert(MASK != kMaskBits || VEC == kMaxVec, "the ReLU's bits are per vector of 8 channels");
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     if constexpr (MASK == kMaskY) g[i] = to_f(y.v[i]) > 0.f ? g[i] : 0.f;
     if constexpr (MASK == kMaskX) g[i] = to_f(from_f<T>(fmaf(to_f(x.v[i]), sc[i], sf[i]))) > 0.f ? g[i] : 0.f;
+    if constexpr (MASK == kMaskBits) g[i] = (bits >> i) & 1u ? g[i] : 0.f;
   }
 }
 
@@ -92,13 +98,13 @@ __device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const
 // g_out when STORE_G (the residual branch's gradient, which the elementwise pass then reads instead of dy and y).
 template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
 __device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& dy2,
-                                           const Pack<T, VEC>& y, const float* k, const float* sc, const float* sf,
-                                           float* a, float* b, T* g_out) {
+                                           const Pack<T, VEC>& y, uint32_t bits, const float* k, const float* sc,
+                                           const float* sf, float* a, float* b, T* g_out) {
   float g[VEC];
   if constexpr (BWD) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) g[i] = DY2 ? to_f(dy.v[i]) + to_f(dy2.v[i]) : to_f(dy.v[i]);
-    mask_grad<T, VEC, MASK>(g, y, x, sc, sf);
+    mask_grad<T, VEC, MASK>(g, y, x, bits, sc, sf);
   }
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
@@ -131,6 +137,7 @@ __device__ __forceinline__ void load_mask_coef(const float* scale, const float* 
 template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                                                           const T* __restrict__ dy2, const T* __restrict__ y,
+                                                          const uint8_t* __restrict__ bits,
                                                           const float* __restrict__ mean,
                                                           const float* __restrict__ scale,
                                                           const float* __restrict__ shift, int64_t M, int C,
@@ -158,6 +165,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
     const Rows rows;
     int64_t r = rows.first;
     Pack<T, VEC> px[kUnroll], pg[kUnroll], pg2[kUnroll], py[kUnroll];
+    uint32_t pb[kUnroll] = {};
     for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -166,10 +174,11 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
         if constexpr (BWD) pg[u] = load<T, VEC>(dy + o);
         if constexpr (DY2) pg2[u] = load<T, VEC>(dy2 + o);
         if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
+        if constexpr (MASK == kMaskBits) pb[u] = bits[mask_byte(r + u * rows.step, C, v)];
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[u], pg[u], pg2[u], py[u], k, sc, sf, a, b,
+        accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[u], pg[u], pg2[u], py[u], pb[u], k, sc, sf, a, b,
                                                     g_out + (r + u * rows.step) * C + c0);
     }
     for (; r < M; r += rows.step) {
@@ -178,7 +187,8 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
       if constexpr (BWD) pg[0] = load<T, VEC>(dy + o);
       if constexpr (DY2) pg2[0] = load<T, VEC>(dy2 + o);
       if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
-      accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[0], pg[0], pg2[0], py[0], k, sc, sf, a, b, g_out + o);
+      if constexpr (MASK == kMaskBits) pb[0] = bits[mask_byte(r, C, v)];
+      accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[0], pg[0], pg2[0], py[0], pb[0], k, sc, sf, a, b, g_out + o);
     }
   }
   const int slot = (ty * TX + tx) * VEC;
@@ -334,12 +344,13 @@ __global__ void coef_from_global_sums(const double* __restrict__ sums, const dou
 
 // ---- elementwise passes ----
 
-// y = x * scale + shift (+ z), then max(., 0) when RELU
-template <typename T, int VEC, bool ADD, bool RELU>
+// y = x * scale + shift (+ z), then max(., 0) when RELU; BITS: y > 0 (as stored) into bits, see kMaskBits
+template <typename T, int VEC, bool ADD, bool RELU, bool BITS>
 __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x, const T* __restrict__ z,
-                                                         T* __restrict__ y, int64_t M, int C,
-                                                         const float* __restrict__ scale,
+                                                         T* __restrict__ y, uint8_t* __restrict__ bits, int64_t M,
+                                                         int C, const float* __restrict__ scale,
                                                          const float* __restrict__ shift) {
+  static_assert(!BITS || (RELU && VEC == kMaxVec), "the ReLU's bits are per vector of 8 channels");
   const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
   if (v >= C / VEC) return;
   float sc[VEC], sf[VEC];
@@ -348,15 +359,18 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
     sc[i] = scale[c0 + i];
     sf[i] = shift[c0 + i];
   }
-  auto out = [&](const Pack<T, VEC>& xv, const Pack<T, VEC>& zv, T* dst) {
+  auto out = [&](const Pack<T, VEC>& xv, const Pack<T, VEC>& zv, int64_t row) {
     float o[VEC];
+    uint32_t m = 0;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       o[i] = fmaf(to_f(xv.v[i]), sc[i], sf[i]);
       if constexpr (ADD) o[i] += to_f(zv.v[i]);
       if constexpr (RELU) o[i] = fmaxf(o[i], 0.f);
+      if constexpr (BITS) m |= (to_f(from_f<T>(o[i])) > 0.f ? 1u : 0u) << i;
     }
-    store<T, VEC>(dst, o);
+    store<T, VEC>(y + row * C + c0, o);
+    if constexpr (BITS) bits[mask_byte(row, C, v)] = static_cast<uint8_t>(m);
   };
   const Rows rows;
   int64_t r = rows.first;
@@ -369,19 +383,20 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
       if constexpr (ADD) pz[u] = load<T, VEC>(z + o);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) out(px[u], pz[u], y + (r + u * rows.step) * C + c0);
+    for (int u = 0; u < kUnroll; ++u) out(px[u], pz[u], r + u * rows.step);
   }
   for (; r < M; r += rows.step) {
     const int64_t o = r * C + c0;
     px[0] = load<T, VEC>(x + o);
     if constexpr (ADD) pz[0] = load<T, VEC>(z + o);
-    out(px[0], pz[0], y + o);
+    out(px[0], pz[0], r);
   }
 }
 
 // g = dy masked as MASK says; dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g when DZ
 template <typename T, int VEC, bool DZ, int MASK>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                                            const uint8_t* __restrict__ bits,
                                                             const T* __restrict__ x, T* __restrict__ dx,
                                                             T* __restrict__ dz, int64_t M, int C,
                                                             const float* __restrict__ coef,
@@ -399,11 +414,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
     mu[i] = mean[c0 + i];
   }
   load_mask_coef<VEC, MASK>(scale, shift, c0, sc, sf);
-  auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<T, VEC>& xv, int64_t o) {
+  auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<T, VEC>& xv, uint32_t bv, int64_t o) {
     float g[VEC], d[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
-    mask_grad<T, VEC, MASK>(g, yv, xv, sc, sf);
+    mask_grad<T, VEC, MASK>(g, yv, xv, bv, sc, sf);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) d[i] = ca[i] * (g[i] - cb[i]) - cac[i] * (to_f(xv.v[i]) - mu[i]);
     if constexpr (DZ) store<T, VEC>(dz + o, g);
@@ -412,23 +427,26 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
   const Rows rows;
   int64_t r = rows.first;
   Pack<T, VEC> pg[kUnroll], py[kUnroll], px[kUnroll];
+  uint32_t pb[kUnroll] = {};
   for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t o = (r + u * rows.step) * C + c0;
       pg[u] = load<T, VEC>(dy + o);
       if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
+      if constexpr (MASK == kMaskBits) pb[u] = bits[mask_byte(r + u * rows.step, C, v)];
       px[u] = load<T, VEC>(x + o);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) out(pg[u], py[u], px[u], (r + u * rows.step) * C + c0);
+    for (int u = 0; u < kUnroll; ++u) out(pg[u], py[u], px[u], pb[u], (r + u * rows.step) * C + c0);
   }
   for (; r < M; r += rows.step) {
     const int64_t o = r * C + c0;
     pg[0] = load<T, VEC>(dy + o);
     if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
+    if constexpr (MASK == kMaskBits) pb[0] = bits[mask_byte(r, C, v)];
     px[0] = load<T, VEC>(x + o);
-    out(pg[0], py[0], px[0], o);
+    out(pg[0], py[0], px[0], pb[0], o);
   }
 }
 
@@ -441,7 +459,9 @@ template <int V> using IntC = std::integral_constant<int, V>;
 
 // the backward's pointers (see bn_backward)
 template <typename T> struct BwdArgs {
-  const T *dy, *dy2, *y, *x;
+  const T *dy, *dy2, *y;
+  const uint8_t* bits;
+  const T* x;
   T *dx, *dz;
   const float *weight, *mean, *invstd, *scale, *shift;
   float *dweight, *dbias, *workspace;
@@ -458,26 +478,31 @@ template <typename T, int VEC>
 Tile stats_reduce(const T* x, const float* k, int64_t M, int64_t C, float* workspace, cudaStream_t s) {
   constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false, false>;
   const Tile t = tile_for<kernel>(M, C, VEC);
-  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, k, nullptr, nullptr, M, static_cast<int>(C),
-                                    workspace, nullptr);
+  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, nullptr, k, nullptr, nullptr, M,
+                                    static_cast<int>(C), workspace, nullptr);
   return t;
 }
 
-template <typename T, int VEC, bool ADD, bool RELU>
-void apply_launch(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scale, const float* shift,
-                  cudaStream_t s) {
-  constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU>;
+template <typename T, int VEC, bool ADD, bool RELU, bool BITS = false>
+void apply_launch(const T* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
+                  const float* shift, cudaStream_t s) {
+  constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU, BITS>;
   const Tile t = tile_for<kernel>(M, C, VEC);
-  kernel<<<t.grid, t.block, 0, s>>>(x, z, y, M, static_cast<int>(C), scale, shift);
+  kernel<<<t.grid, t.block, 0, s>>>(x, z, y, bits, M, static_cast<int>(C), scale, shift);
 }
 
+// bits (the ReLU's, with relu and VEC 8 only: bn_apply checks) may be null
 template <typename T, int VEC>
-void apply_vec(const T* x, const T* z, T* y, int64_t M, int64_t C, const float* scale, const float* shift, bool relu,
-               cudaStream_t s) {
-  if (z && relu) apply_launch<T, VEC, true, true>(x, z, y, M, C, scale, shift, s);
-  else if (z) apply_launch<T, VEC, true, false>(x, z, y, M, C, scale, shift, s);
-  else if (relu) apply_launch<T, VEC, false, true>(x, z, y, M, C, scale, shift, s);
-  else apply_launch<T, VEC, false, false>(x, z, y, M, C, scale, shift, s);
+void apply_vec(const T* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
+               const float* shift, bool relu, cudaStream_t s) {
+  if constexpr (VEC == kMaxVec) {
+    if (bits && z) return apply_launch<T, VEC, true, true, true>(x, z, y, bits, M, C, scale, shift, s);
+    if (bits) return apply_launch<T, VEC, false, true, true>(x, z, y, bits, M, C, scale, shift, s);
+  }
+  if (z && relu) apply_launch<T, VEC, true, true>(x, z, y, bits, M, C, scale, shift, s);
+  else if (z) apply_launch<T, VEC, true, false>(x, z, y, bits, M, C, scale, shift, s);
+  else if (relu) apply_launch<T, VEC, false, true>(x, z, y, bits, M, C, scale, shift, s);
+  else apply_launch<T, VEC, false, false>(x, z, y, bits, M, C, scale, shift, s);
 }
 
 // The passes over the tensor per case: with the residual add and ReLU the reduction reads dy, y and x and writes
@@ -490,9 +515,10 @@ template <int MASK, bool DZ> struct BackwardPlan {
 };
 
 // f(IntC<VEC>, IntC<MASK>, bool_constant<DZ>) for the backward's case
+// (the ReLU's bits only 8-wide: the entry points check that they fit)
 template <typename T, typename F>
 void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
-  const int mask = !relu ? kNoMask : a.y ? kMaskY : kMaskX;
+  const int mask = !relu ? kNoMask : a.bits ? kMaskBits : a.y ? kMaskY : kMaskX;
   with_vec(
       C,
       [&](auto vec) {
@@ -500,6 +526,8 @@ void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
           if (a.dz) f(vec, m, std::true_type{});
           else f(vec, m, std::false_type{});
         };
+        if constexpr (decltype(vec)::value == kMaxVec)
+          if (mask == kMaskBits) return dz(IntC<kMaskBits>{});
         if (mask == kMaskY) dz(IntC<kMaskY>{});
         else if (mask == kMaskX) dz(IntC<kMaskX>{});
         else dz(IntC<kNoMask>{});
@@ -511,8 +539,8 @@ template <typename T, int VEC, bool DZ, int MASK, bool DY2>
 Tile backward_reduce_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
   constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG, DY2>;
   const Tile t = tile_for<reduce>(M, C, VEC);
-  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.dy2, a.y, a.mean, a.scale, a.shift, M, static_cast<int>(C),
-                                    a.workspace, a.dz);
+  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.dy2, a.y, a.bits, a.mean, a.scale, a.shift, M,
+                                    static_cast<int>(C), a.workspace, a.dz);
   return t;
 }
 
@@ -529,20 +557,28 @@ void backward_elementwise(const BwdArgs<T>& a, const float* coef, int64_t M, int
   using Plan = BackwardPlan<MASK, DZ>;
   constexpr auto kernel = backward_kernel<T, VEC, Plan::kElementwiseDz, Plan::kElementwiseMask>;
   const Tile e = tile_for<kernel>(M, C, VEC);
-  kernel<<<e.grid, e.block, 0, s>>>(Plan::kStoreG ? a.dz : a.dy, a.y, a.x, a.dx, a.dz, M, static_cast<int>(C), coef,
-                                    a.mean, a.scale, a.shift);
+  kernel<<<e.grid, e.block, 0, s>>>(Plan::kStoreG ? a.dz : a.dy, a.y, a.bits, a.x, a.dx, a.dz, M,
+                                    static_cast<int>(C), coef, a.mean, a.scale, a.shift);
 }
 
-template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* dy2, const void* y, const void* x, void* dx,
-                                         void* dz, const float* weight, const float* mean, const float* invstd,
-                                         const float* scale, const float* shift, float* dweight, float* dbias,
-                                         float* workspace) {
-  return {static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), static_cast<const T*>(x),
-          static_cast<T*>(dx), static_cast<T*>(dz), weight, mean, invstd, scale, shift, dweight, dbias, workspace};
+template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* dy2, const void* y, const uint8_t* bits,
+                                         const void* x, void* dx, void* dz, const float* weight, const float* mean,
+                                         const float* invstd, const float* scale, const float* shift, float* dweight,
+                                         float* dbias, float* workspace) {
+  return {static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), bits,
+          static_cast<const T*>(x), static_cast<T*>(dx), static_cast<T*>(dz), weight, mean, invstd, scale, shift,
+          dweight, dbias, workspace};
 }
 
-// where a second gradient can be read: the case whose reduction stores the masked gradient (ReLU with y, dz)
-bool dy2_fits(const void* dy2, const void* y, const void* dz, bool relu) { return !dy2 || (relu && y && dz); }
+// Whether the backward's arguments make sense: the ReLU's mask knowable (bits, y, or x with scale and shift), bits
+// only where the tensors run 8-wide, a second gradient only in the case whose reduction stores the masked gradient
+// (ReLU with y or bits, dz).
+bool backward_args_fit(const void* dy, const void* dy2, const void* y, const uint8_t* bits, const void* x,
+                       const void* dx, const void* dz, int64_t C, const float* scale, const float* shift, bool relu) {
+  if (relu && !y && !bits && (!scale || !shift)) return false;
+  if (bits && pick_vec(C, dy, dy2, y, x, dx, dz) != kMaxVec) return false;
+  return !dy2 || (relu && (y || bits) && dz);
+}
 
 template <typename P> using Elem = std::remove_pointer_t<P>;
 
@@ -599,28 +635,34 @@ cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const fl
   return cudaGetLastError();
 }
 
+bool bn_relu_bits_fit(int64_t C, const void* x, const void* z, const void* y) {
+  return pick_vec(C, x, z, y) == kMaxVec;
+}
+
+int64_t bn_relu_bits_bytes(int64_t M, int64_t C) { return M * (C / kMaxVec); }
+
 cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
-                     const float* shift, bool relu, cudaStream_t stream) {
+                     const float* shift, bool relu, uint8_t* relu_bits, cudaStream_t stream) {
+  if (relu_bits && (!relu || !bn_relu_bits_fit(C, x, z, y))) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
     with_vec(C, [&](auto vec) {
-      apply_vec<T, decltype(vec)::value>(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), M, C,
-                                         scale, shift, relu, stream);
+      apply_vec<T, decltype(vec)::value>(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y),
+                                         relu_bits, M, C, scale, shift, relu, stream);
     }, x, z, y);
   });
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const void* x, void* dx, void* dz, HalfType dt,
-                        int64_t M, int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
-                        const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
-                        float* workspace, cudaStream_t stream) {
-  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;  // no way to know the ReLU's mask
-  if (!dy2_fits(dy2, y, dz, relu)) return cudaErrorInvalidValue;
+cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
+                        void* dx, void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                        const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
+                        bool relu, float* dweight, float* dbias, float* workspace, cudaStream_t stream) {
+  if (!backward_args_fit(dy, dy2, y, relu_bits, x, dx, dz, C, scale, shift, relu)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a =
-        bwd_args<T>(dy, dy2, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, dweight, dbias, workspace);
+    const auto a = bwd_args<T>(dy, dy2, y, relu_bits, x, dx, dz, weight, save_mean, save_invstd, scale, shift,
+                               dweight, dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       constexpr int V = decltype(vec)::value, K = decltype(mask)::value;
       constexpr bool D = decltype(has_dz)::value;
@@ -635,16 +677,15 @@ cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const vo
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const void* x, void* dz, HalfType dt,
-                             int64_t M, int64_t C, const float* save_mean, const float* save_invstd,
-                             const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
-                             double* sums, float* workspace, cudaStream_t stream) {
-  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
-  if (!dy2_fits(dy2, y, dz, relu)) return cudaErrorInvalidValue;
+cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
+                             void* dz, HalfType dt, int64_t M, int64_t C, const float* save_mean,
+                             const float* save_invstd, const float* scale, const float* shift, bool relu,
+                             float* dweight, float* dbias, double* sums, float* workspace, cudaStream_t stream) {
+  if (!backward_args_fit(dy, dy2, y, relu_bits, x, nullptr, dz, C, scale, shift, relu)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, dy2, y, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift, dweight,
-                               dbias, workspace);
+    const auto a = bwd_args<T>(dy, dy2, y, relu_bits, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift,
+                               dweight, dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       const Tile t = backward_reduce<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
           a, M, C, stream);
@@ -656,15 +697,16 @@ cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, con
   return cudaGetLastError();
 }
 
-cudaError_t bn_backward_from_sums(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt,
-                                  int64_t M, int64_t C, const float* weight, const float* save_mean,
-                                  const float* save_invstd, const float* scale, const float* shift, bool relu,
-                                  const double* sums, const double* count, float* workspace, cudaStream_t stream) {
-  if (relu && !y && (!scale || !shift)) return cudaErrorInvalidValue;
+cudaError_t bn_backward_from_sums(const void* dy, const void* y, const uint8_t* relu_bits, const void* x, void* dx,
+                                  void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                                  const float* save_mean, const float* save_invstd, const float* scale,
+                                  const float* shift, bool relu, const double* sums, const double* count,
+                                  float* workspace, cudaStream_t stream) {
+  if (!backward_args_fit(dy, nullptr, y, relu_bits, x, dx, dz, C, scale, shift, relu)) return cudaErrorInvalidValue;
   with_type(dt, [&](auto tag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, nullptr, y, x, dx, dz, weight, save_mean, save_invstd, scale, shift, nullptr,
-                               nullptr, workspace);
+    const auto a = bwd_args<T>(dy, nullptr, y, relu_bits, x, dx, dz, weight, save_mean, save_invstd, scale, shift,
+                               nullptr, nullptr, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       float* coef = workspace;  // the partials are spent
       coef_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(

@@ -39,34 +39,42 @@ cudaError_t bn_stats_from_sums(const double* sums, const float* k, int64_t C, co
 cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const float* running_mean, const float* running_var,
                          float eps, int64_t C, float* scale, float* shift, cudaStream_t stream);
 
-// y = x * scale + shift (+ z) (then max(., 0) when relu); z may be null. x, z, y: M x C.
+// The ReLU's mask as bits (relu_bits below): whether the tensors fit (C a multiple of 8, 16-byte aligned; z and y
+// may be null), and its size (M x C / 8 bytes: bit i of byte r * C / 8 + v is y > 0 at row r, channel 8 v + i).
+bool bn_relu_bits_fit(int64_t C, const void* x, const void* z, const void* y);
+int64_t bn_relu_bits_bytes(int64_t M, int64_t C);
+
+// y = x * scale + shift (+ z) (then max(., 0) when relu); z may be null. x, z, y: M x C. relu_bits (may be null;
+// with relu, where bn_relu_bits_fit): y > 0 as stored, for a backward that need not read y (a sixteenth of its bytes).
 cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
-              const float* shift, bool relu, cudaStream_t stream);
+                     const float* shift, bool relu, uint8_t* relu_bits, cudaStream_t stream);
 
 // The gradients of y = act(bn(x) (+ z)) given dy: g = dy (+ dy2), masked by the ReLU's output > 0 when relu;
 // dbias = sum g, dweight = sum g * xhat; dx = weight * invstd * (g - dbias / M - xhat * dweight / M); dz (if not
-// null) = g. The ReLU's mask is y > 0 where y is given, else recomputed from x with the forward's scale and shift
-// (bn_forward_stats), which saves reading y where nothing else needs it. The gradient may be written to dz before dx
-// is computed. dy2 (may be null): a second gradient of the same y (y read by two layers, as a block's output is by
-// the next block's convolution and its shortcut), summed in fp32 in the reduction instead of by a separate add;
-// only with relu, y and dz given (else cudaErrorInvalidValue).
-cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const void* x, void* dx, void* dz, HalfType dt,
-                        int64_t M, int64_t C, const float* weight, const float* save_mean, const float* save_invstd,
-                        const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
-                        float* workspace, cudaStream_t stream);
+// null) = g. The ReLU's mask: the forward's relu_bits where given (bn_apply), else y > 0 where y is given, else
+// recomputed from x with the forward's scale and shift (bn_forward_stats), which saves reading y where nothing else
+// needs it. The gradient may be written to dz before dx is computed. dy2 (may be null): a second gradient of the same
+// y (y read by two layers, as a block's output is by the next block's convolution and its shortcut), summed in fp32
+// in the reduction instead of by a separate add; only with relu, y or relu_bits, and dz given (else
+// cudaErrorInvalidValue, as for relu_bits where the tensors do not fit them).
+cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
+                        void* dx, void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                        const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
+                        bool relu, float* dweight, float* dbias, float* workspace, cudaStream_t stream);
 
 // SyncBatchNorm, backward in two halves around an all-reduce of `sums` (double, 2C): bn_backward_sums writes this
 // rank's [sum g, sum g * (x - mean)], this rank's dweight and dbias (the data-parallel gradient all-reduce sums
 // those, as for any parameter) and dz as bn_backward may; bn_backward_from_sums then writes dx (and dz) from the sums
-// over ranks and the count over ranks (the forward's sums[2C]). The same y, dz and relu in both calls; dy2 as in
-// bn_backward, in the first call only (the second reads the summed gradient back from dz).
-cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const void* x, void* dz, HalfType dt,
-                             int64_t M, int64_t C, const float* save_mean, const float* save_invstd,
-                             const float* scale, const float* shift, bool relu, float* dweight, float* dbias,
-                             double* sums, float* workspace, cudaStream_t stream);
-cudaError_t bn_backward_from_sums(const void* dy, const void* y, const void* x, void* dx, void* dz, HalfType dt,
-                                  int64_t M, int64_t C, const float* weight, const float* save_mean,
-                                  const float* save_invstd, const float* scale, const float* shift, bool relu,
-                                  const double* sums, const double* count, float* workspace, cudaStream_t stream);
+// over ranks and the count over ranks (the forward's sums[2C]). The same y, relu_bits, dz and relu in both calls;
+// dy2 as in bn_backward, in the first call only (the second reads the summed gradient back from dz).
+cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
+                             void* dz, HalfType dt, int64_t M, int64_t C, const float* save_mean,
+                             const float* save_invstd, const float* scale, const float* shift, bool relu,
+                             float* dweight, float* dbias, double* sums, float* workspace, cudaStream_t stream);
+cudaError_t bn_backward_from_sums(const void* dy, const void* y, const uint8_t* relu_bits, const void* x, void* dx,
+                                  void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                                  const float* save_mean, const float* save_invstd, const float* scale,
+                                  const float* shift, bool relu, const double* sums, const double* count,
+                                  float* workspace, cudaStream_t stream);
 
 }  // namespace trainer::kernels

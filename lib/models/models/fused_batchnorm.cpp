@@ -25,6 +25,8 @@ float* f32(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : 
 
 double* f64(const torch::Tensor& t) { return t.data_ptr<double>(); }
 
+const uint8_t* u8(const torch::Tensor& t) { return t.defined() ? t.data_ptr<uint8_t>() : nullptr; }
+
 // the all-reduce of SyncBatchNorm travels through autograd's saved data as an address (the module owns it)
 const AllReduceFn* all_reduce_of(int64_t address) { return reinterpret_cast<const AllReduceFn*>(address); }
 
@@ -59,11 +61,18 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
             "statistics");
     }
     const bool has_z = z.numel() > 0;
-    check(kernels::bn_apply(x.data_ptr(), has_z ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
-                            f32(scale), f32(shift), relu, s),
+    const void* zp = has_z ? z.data_ptr() : nullptr;
+    // the ReLU's mask where the residual was added: as bits where the tensors fit them, else y itself (without the
+    // residual the backward recomputes it from x with scale and shift)
+    torch::Tensor bits, y_for_mask;
+    if (relu && has_z && kernels::bn_relu_bits_fit(C, x.data_ptr(), zp, y.data_ptr()))
+      bits = torch::empty({kernels::bn_relu_bits_bytes(M, C)}, x.options().dtype(torch::kUInt8));
+    else if (relu && has_z)
+      y_for_mask = y;
+    check(kernels::bn_apply(x.data_ptr(), zp, y.data_ptr(), dtype_of(x), M, C, f32(scale), f32(shift), relu,
+                            bits.defined() ? bits.data_ptr<uint8_t>() : nullptr, s),
           "apply");
-    // the ReLU's mask: from y where the residual was added, else recomputed from x with scale and shift
-    ctx->save_for_backward({x, relu && has_z ? y : torch::Tensor(), weight, mean, invstd, scale, shift, count});
+    ctx->save_for_backward({x, y_for_mask, bits, weight, mean, invstd, scale, shift, count});
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["has_z"] = has_z;
     ctx->saved_data["sync"] = sync;
@@ -89,8 +98,8 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4],
-                        &scale = saved[5], &shift = saved[6], &count = saved[7];
+    const torch::Tensor &x = saved[0], &y = saved[1], &bits = saved[2], &weight = saved[3], &mean = saved[4],
+                        &invstd = saved[5], &scale = saved[6], &shift = saved[7], &count = saved[8];
     const bool relu = ctx->saved_data["relu"].toBool(), has_z = ctx->saved_data["has_z"].toBool();
     const int64_t sync = ctx->saved_data["sync"].toInt();
     const auto [dy, dy2] = output_grads(grads, x, relu && has_z);
@@ -107,18 +116,19 @@ struct FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     const cudaStream_t s = stream_of(x);
     if (sync) {  // dx from the gradient sums over ranks; dweight, dbias this rank's (DDP sums them)
       torch::Tensor sums = torch::empty({2 * C}, x.options().dtype(torch::kFloat64));
-      check(kernels::bn_backward_sums(dy.data_ptr(), dy2p, yp, x.data_ptr(), dzp, dtype_of(x), M, C, f32(mean), f32(invstd),
-                                      f32(scale), f32(shift), relu, f32(dweight), f32(dbias), f64(sums), f32(ws), s),
+      check(kernels::bn_backward_sums(dy.data_ptr(), dy2p, yp, u8(bits), x.data_ptr(), dzp, dtype_of(x), M, C,
+                                      f32(mean), f32(invstd), f32(scale), f32(shift), relu, f32(dweight), f32(dbias),
+                                      f64(sums), f32(ws), s),
             "local gradient sums");
       (*all_reduce_of(sync))(sums);
-      check(kernels::bn_backward_from_sums(dy.data_ptr(), yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C,
-                                           f32(weight), f32(mean), f32(invstd), f32(scale), f32(shift), relu, f64(sums),
-                                           f64(count), f32(ws), s),
+      check(kernels::bn_backward_from_sums(dy.data_ptr(), yp, u8(bits), x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x),
+                                           M, C, f32(weight), f32(mean), f32(invstd), f32(scale), f32(shift), relu,
+                                           f64(sums), f64(count), f32(ws), s),
             "backward over ranks");
     } else {
-      check(kernels::bn_backward(dy.data_ptr(), dy2p, yp, x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M, C, f32(weight),
-                                 f32(mean), f32(invstd), f32(scale), f32(shift), relu, f32(dweight), f32(dbias),
-                                 f32(ws), s),
+      check(kernels::bn_backward(dy.data_ptr(), dy2p, yp, u8(bits), x.data_ptr(), dx.data_ptr(), dzp, dtype_of(x), M,
+                                 C, f32(weight), f32(mean), f32(invstd), f32(scale), f32(shift), relu, f32(dweight),
+                                 f32(dbias), f32(ws), s),
             "backward");
     }
     return {dx,       dz, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
@@ -180,7 +190,7 @@ std::pair<torch::Tensor, torch::Tensor> fused_batchnorm_forked(const torch::Tens
                                      static_cast<float>(eps), C, f32(scale), f32(shift), s),
         "eval scale");
   check(kernels::bn_apply(x.data_ptr(), z.defined() ? z.data_ptr() : nullptr, y.data_ptr(), dtype_of(x), M, C,
-                          f32(scale), f32(shift), relu, s),
+                          f32(scale), f32(shift), relu, nullptr, s),
         "eval apply");
   return {y, y};
 #else
