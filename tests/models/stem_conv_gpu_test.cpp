@@ -1,6 +1,6 @@
 // The ResNet stem convolution's fp16 forward under bf16 autocast (models/stem_conv) on the GPU: output and weight
 // gradient against the convolution in fp32, no further off than autocast's bf16 convolution is, and the time of
-// both on ResNet-50's stem (label gpu).
+// both on ResNet-50's stem; the same with its batch norm + ReLU in one function (label gpu).
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "kernel_harness.h"
+#include "models/batchnorm.h"
+#include "models/fused_batchnorm.h"
 #include "models/stem_conv.h"
 
 namespace trainer {
@@ -86,6 +88,98 @@ TEST(StemConv, Fp16ForwardMatchesFp32AsCloselyAsAutocast) {
         });
         std::printf("  stem forward + weight gradient, %s: %.3f ms\n", fp16 ? "fp16 forward" : "autocast bf16",
                     ms);
+      }
+    }
+  }
+}
+
+struct NormResult {
+  torch::Tensor y, dw, dgamma, dbeta, running_mean, running_var;
+  bool ran_fused = false;
+  int64_t batches = 0;
+};
+
+// relu(bn(stem(x))) in training under bf16 autocast with the norm's parameters gamma and beta, then its backward
+// given dy: through stem_conv_bn_relu (one function where it applies) or as stem_conv and the norm's own forward
+// (two functions, the cast between them)
+NormResult run_with_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& gamma,
+                         const torch::Tensor& beta, const torch::Tensor& dy, bool one_function) {
+  SyncableBatchNorm2d bn(64);
+  bn->to(x.device());
+  bn->set_fused(FusedNorm::faster);
+  bn->train();
+  {
+    torch::NoGradGuard ng;
+    bn->weight.copy_(gamma);
+    bn->bias.copy_(beta);
+  }
+  torch::Tensor wi = w.detach().requires_grad_(true);
+  torch::Tensor y;
+  {
+    Bf16Autocast ac;
+    y = one_function ? stem_conv_bn_relu(x, wi, 2, 3, true, *bn)
+                     : bn->forward_act(stem_conv(x, wi, 2, 3, true), torch::Tensor(), true);
+  }
+  y.backward(dy.to(y.scalar_type()));
+  return {y.detach(), wi.grad(), bn->weight.grad(), bn->bias.grad(), bn->running_mean.clone(),
+          bn->running_var.clone(), bn->ran_fused(), bn->num_batches_tracked.item<int64_t>()};
+}
+
+// One function against fp32 ATen (convolution, batch norm in training, ReLU) and against the two functions it
+// replaces. The output within 1e-2 of fp32 (bf16's rounding, ~2e-3) and no further than 1.25x the two functions'
+// error; the running statistics within 2e-3 (fp16's rounding of the convolution's output). The gradients: fp32's
+// backward given the ReLU mask of our output (an output that rounds across 0 flips its mask, and with random dy
+// the flips alone move the sums by a few percent: ~2e-2 for both paths at 855 values a channel), then within 1e-2
+// (bf16's rounding of dy, of the norm's input gradient and of the convolution's inputs). Then both timed at
+// ResNet-50's batch, forward and backward.
+TEST(StemConv, WithItsNormInOneFunctionMatchesTheTwoAndFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";
+  if (!fused_batchnorm_built()) GTEST_SKIP() << "this build has no CUDA kernels of its own";
+  const torch::Device dev(torch::kCUDA, 0);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  at::globalContext().setBenchmarkCuDNN(true);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{256, 3, 224, 224}, {3, 3, 37, 29}}) {
+    SCOPED_TRACE(testing::Message() << shape[0] << "x" << shape[1] << "x" << shape[2] << "x" << shape[3]);
+    torch::manual_seed(6);
+    const auto o = torch::device(dev);
+    torch::Tensor x = torch::randn(shape, o).contiguous(cl);
+    torch::Tensor w = (torch::randn({64, shape[1], 7, 7}, o) * 0.05).contiguous(cl);
+    torch::Tensor gamma = torch::rand({64}, o) + 0.5, beta = torch::randn({64}, o) * 0.5;
+    const int64_t ho = (shape[2] + 6 - 7) / 2 + 1, wo = (shape[3] + 6 - 7) / 2 + 1;
+    torch::Tensor dy = torch::randn({shape[0], 64, ho, wo}, o).contiguous(cl) * 1e-3;
+    const NormResult one = run_with_norm(x, w, gamma, beta, dy, true), two = run_with_norm(x, w, gamma, beta, dy, false);
+    EXPECT_TRUE(one.ran_fused);
+    EXPECT_EQ(one.batches, 1);
+    EXPECT_EQ(one.y.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(one.y.is_contiguous(cl));
+    // fp32 reference
+    torch::Tensor wr = w.detach().requires_grad_(true), gr = gamma.clone().requires_grad_(true),
+                  br = beta.clone().requires_grad_(true);
+    torch::Tensor rm = torch::zeros({64}, o), rv = torch::ones({64}, o);
+    torch::Tensor pre = torch::batch_norm(at::conv2d(x, wr, {}, {2, 2}, {3, 3}), gr, br, rm, rv, /*training=*/true,
+                                          0.1, 1e-5, false);
+    const torch::Tensor yr = pre.relu();
+    pre.backward(dy * (one.y > 0).to(torch::kFloat32));
+    const double e_y = test::rel_l2(one.y, yr), e_y_two = test::rel_l2(two.y, yr);
+    std::printf("  output rel L2 against fp32: one function %.2e, two %.2e\n", e_y, e_y_two);
+    EXPECT_LT(e_y, 1e-2);
+    EXPECT_LT(e_y, 1.25 * e_y_two + 1e-4);
+    const std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>> grads[] = {
+        {"conv weight grad", {one.dw, wr.grad()}},
+        {"norm weight grad", {one.dgamma, gr.grad()}},
+        {"norm bias grad", {one.dbeta, br.grad()}}};
+    for (const auto& [what, pair] : grads) {
+      const double e = test::rel_l2(pair.first, pair.second);
+      std::printf("  %s rel L2 against fp32 with our ReLU mask: %.2e\n", what, e);
+      EXPECT_LT(e, 1e-2) << what;
+    }
+    EXPECT_LT(test::rel_l2(one.running_mean, rm), 2e-3);
+    EXPECT_LT(test::rel_l2(one.running_var, rv), 2e-3);
+    if (shape[0] == 256) {
+      for (const bool fused : {true, false}) {
+        const double ms = test::device_ms([&] { (void)run_with_norm(x, w, gamma, beta, dy, fused); });
+        std::printf("  stem + norm + ReLU forward and backward, %s: %.3f ms\n",
+                    fused ? "one function" : "two functions", ms);
       }
     }
   }

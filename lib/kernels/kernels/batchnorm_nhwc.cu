@@ -81,8 +81,8 @@ enum Mask : int { kNoMask, kMaskY, kMaskX, kMaskBits };
 // the byte of row r's channel vector v in a mask of C / kMaxVec bytes a row
 __device__ __forceinline__ int64_t mask_byte(int64_t r, int C, int v) { return r * (C / kMaxVec) + v; }
 
-template <typename T, int VEC, int MASK>
-__device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const Pack<T, VEC>& x, uint32_t bits,
+template <typename T, int VEC, int MASK, typename XT>
+__device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const Pack<XT, VEC>& x, uint32_t bits,
                                           const float* sc, const float* sf) {
   static_assert(MASK != kMaskBits || VEC == kMaxVec, "the ReLU's bits are per vector of 8 channels");
 #pragma unroll
@@ -96,15 +96,15 @@ __device__ __forceinline__ void mask_grad(float* g, const Pack<T, VEC>& y, const
 // One row's contribution. Statistics (BWD = false): a += x - k, b += (x - k)^2 with k the first row. Gradient sums
 // (BWD = true): g = dy (+ dy2 when DY2) masked as MASK says; a += g, b += g * (x - k) with k the mean; g stored to
 // g_out when STORE_G (the residual branch's gradient, which the elementwise pass then reads instead of dy and y).
-template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
-__device__ __forceinline__ void accumulate(const Pack<T, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& dy2,
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2, typename XT>
+__device__ __forceinline__ void accumulate(const Pack<XT, VEC>& x, const Pack<T, VEC>& dy, const Pack<T, VEC>& dy2,
                                            const Pack<T, VEC>& y, uint32_t bits, const float* k, const float* sc,
                                            const float* sf, float* a, float* b, T* g_out) {
   float g[VEC];
   if constexpr (BWD) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) g[i] = DY2 ? to_f(dy.v[i]) + to_f(dy2.v[i]) : to_f(dy.v[i]);
-    mask_grad<T, VEC, MASK>(g, y, x, bits, sc, sf);
+    mask_grad<T, VEC, MASK, XT>(g, y, x, bits, sc, sf);
   }
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
@@ -134,8 +134,9 @@ __device__ __forceinline__ void load_mask_coef(const float* scale, const float* 
 
 // partial: [2][grid.y][C], the block's sums a and b over its rows. mean: the shift k of the gradient sums, and of
 // the statistics where given (else the first row)
-template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2>
-__global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+// XT: x's element type (T's but for a norm whose input has another producer's type, as the fp16 stem's)
+template <typename T, int VEC, bool BWD, int MASK, bool STORE_G, bool DY2, typename XT = T>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(const XT* __restrict__ x, const T* __restrict__ dy,
                                                           const T* __restrict__ dy2, const T* __restrict__ y,
                                                           const uint8_t* __restrict__ bits,
                                                           const float* __restrict__ mean,
@@ -158,19 +159,20 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
 #pragma unroll
       for (int i = 0; i < VEC; ++i) k[i] = mean[c0 + i];
     } else {
-      const Pack<T, VEC> first = load<T, VEC>(x + c0);
+      const Pack<XT, VEC> first = load<XT, VEC>(x + c0);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) k[i] = to_f(first.v[i]);
     }
     const Rows rows;
     int64_t r = rows.first;
-    Pack<T, VEC> px[kUnroll], pg[kUnroll], pg2[kUnroll], py[kUnroll];
+    Pack<XT, VEC> px[kUnroll];
+    Pack<T, VEC> pg[kUnroll], pg2[kUnroll], py[kUnroll];
     uint32_t pb[kUnroll] = {};
     for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t o = (r + u * rows.step) * C + c0;
-        px[u] = load<T, VEC>(x + o);
+        px[u] = load<XT, VEC>(x + o);
         if constexpr (BWD) pg[u] = load<T, VEC>(dy + o);
         if constexpr (DY2) pg2[u] = load<T, VEC>(dy2 + o);
         if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
@@ -178,17 +180,18 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const T* __restrict__ 
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[u], pg[u], pg2[u], py[u], pb[u], k, sc, sf, a, b,
-                                                    g_out + (r + u * rows.step) * C + c0);
+        accumulate<T, VEC, BWD, MASK, STORE_G, DY2, XT>(px[u], pg[u], pg2[u], py[u], pb[u], k, sc, sf, a, b,
+                                                        g_out + (r + u * rows.step) * C + c0);
     }
     for (; r < M; r += rows.step) {
       const int64_t o = r * C + c0;
-      px[0] = load<T, VEC>(x + o);
+      px[0] = load<XT, VEC>(x + o);
       if constexpr (BWD) pg[0] = load<T, VEC>(dy + o);
       if constexpr (DY2) pg2[0] = load<T, VEC>(dy2 + o);
       if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
       if constexpr (MASK == kMaskBits) pb[0] = bits[mask_byte(r, C, v)];
-      accumulate<T, VEC, BWD, MASK, STORE_G, DY2>(px[0], pg[0], pg2[0], py[0], pb[0], k, sc, sf, a, b, g_out + o);
+      accumulate<T, VEC, BWD, MASK, STORE_G, DY2, XT>(px[0], pg[0], pg2[0], py[0], pb[0], k, sc, sf, a, b,
+                                                      g_out + o);
     }
   }
   const int slot = (ty * TX + tx) * VEC;
@@ -345,8 +348,8 @@ __global__ void coef_from_global_sums(const double* __restrict__ sums, const dou
 // ---- elementwise passes ----
 
 // y = x * scale + shift (+ z), then max(., 0) when RELU; BITS: y > 0 (as stored) into bits, see kMaskBits
-template <typename T, int VEC, bool ADD, bool RELU, bool BITS>
-__global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x, const T* __restrict__ z,
+template <typename T, int VEC, bool ADD, bool RELU, bool BITS, typename XT = T>
+__global__ void __launch_bounds__(kThreads) apply_kernel(const XT* __restrict__ x, const T* __restrict__ z,
                                                          T* __restrict__ y, uint8_t* __restrict__ bits, int64_t M,
                                                          int C, const float* __restrict__ scale,
                                                          const float* __restrict__ shift) {
@@ -359,7 +362,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
     sc[i] = scale[c0 + i];
     sf[i] = shift[c0 + i];
   }
-  auto out = [&](const Pack<T, VEC>& xv, const Pack<T, VEC>& zv, int64_t row) {
+  auto out = [&](const Pack<XT, VEC>& xv, const Pack<T, VEC>& zv, int64_t row) {
     float o[VEC];
     uint32_t m = 0;
 #pragma unroll
@@ -374,12 +377,13 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
   };
   const Rows rows;
   int64_t r = rows.first;
-  Pack<T, VEC> px[kUnroll], pz[kUnroll];
+  Pack<XT, VEC> px[kUnroll];
+  Pack<T, VEC> pz[kUnroll];
   for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t o = (r + u * rows.step) * C + c0;
-      px[u] = load<T, VEC>(x + o);
+      px[u] = load<XT, VEC>(x + o);
       if constexpr (ADD) pz[u] = load<T, VEC>(z + o);
     }
 #pragma unroll
@@ -387,17 +391,17 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
   }
   for (; r < M; r += rows.step) {
     const int64_t o = r * C + c0;
-    px[0] = load<T, VEC>(x + o);
+    px[0] = load<XT, VEC>(x + o);
     if constexpr (ADD) pz[0] = load<T, VEC>(z + o);
     out(px[0], pz[0], r);
   }
 }
 
 // g = dy masked as MASK says; dx = a * (g - b) - ac * (x - mean) with (a, b, ac) = coef; dz = g when DZ
-template <typename T, int VEC, bool DZ, int MASK>
+template <typename T, int VEC, bool DZ, int MASK, typename XT = T>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ y,
                                                             const uint8_t* __restrict__ bits,
-                                                            const T* __restrict__ x, T* __restrict__ dx,
+                                                            const XT* __restrict__ x, T* __restrict__ dx,
                                                             T* __restrict__ dz, int64_t M, int C,
                                                             const float* __restrict__ coef,
                                                             const float* __restrict__ mean,
@@ -414,11 +418,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
     mu[i] = mean[c0 + i];
   }
   load_mask_coef<VEC, MASK>(scale, shift, c0, sc, sf);
-  auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<T, VEC>& xv, uint32_t bv, int64_t o) {
+  auto out = [&](const Pack<T, VEC>& gv, const Pack<T, VEC>& yv, const Pack<XT, VEC>& xv, uint32_t bv, int64_t o) {
     float g[VEC], d[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
-    mask_grad<T, VEC, MASK>(g, yv, xv, bv, sc, sf);
+    mask_grad<T, VEC, MASK, XT>(g, yv, xv, bv, sc, sf);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) d[i] = ca[i] * (g[i] - cb[i]) - cac[i] * (to_f(xv.v[i]) - mu[i]);
     if constexpr (DZ) store<T, VEC>(dz + o, g);
@@ -426,7 +430,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
   };
   const Rows rows;
   int64_t r = rows.first;
-  Pack<T, VEC> pg[kUnroll], py[kUnroll], px[kUnroll];
+  Pack<T, VEC> pg[kUnroll], py[kUnroll];
+  Pack<XT, VEC> px[kUnroll];
   uint32_t pb[kUnroll] = {};
   for (; r + (kUnroll - 1) * rows.step < M; r += kUnroll * rows.step) {
 #pragma unroll
@@ -435,7 +440,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
       pg[u] = load<T, VEC>(dy + o);
       if constexpr (MASK == kMaskY) py[u] = load<T, VEC>(y + o);
       if constexpr (MASK == kMaskBits) pb[u] = bits[mask_byte(r + u * rows.step, C, v)];
-      px[u] = load<T, VEC>(x + o);
+      px[u] = load<XT, VEC>(x + o);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) out(pg[u], py[u], px[u], pb[u], (r + u * rows.step) * C + c0);
@@ -445,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
     pg[0] = load<T, VEC>(dy + o);
     if constexpr (MASK == kMaskY) py[0] = load<T, VEC>(y + o);
     if constexpr (MASK == kMaskBits) pb[0] = bits[mask_byte(r, C, v)];
-    px[0] = load<T, VEC>(x + o);
+    px[0] = load<XT, VEC>(x + o);
     out(pg[0], py[0], px[0], pb[0], o);
   }
 }
@@ -457,11 +462,12 @@ const dim3 kFinalBlock(kFinalX, kFinalY);
 
 template <int V> using IntC = std::integral_constant<int, V>;
 
-// the backward's pointers (see bn_backward)
-template <typename T> struct BwdArgs {
+// the backward's pointers (see bn_backward); XT: x's element type
+template <typename T, typename XT = T> struct BwdArgs {
+  using X = XT;
   const T *dy, *dy2, *y;
   const uint8_t* bits;
-  const T* x;
+  const XT* x;
   T *dx, *dz;
   const float *weight, *mean, *invstd, *scale, *shift;
   float *dweight, *dbias, *workspace;
@@ -483,17 +489,17 @@ Tile stats_reduce(const T* x, const float* k, int64_t M, int64_t C, float* works
   return t;
 }
 
-template <typename T, int VEC, bool ADD, bool RELU, bool BITS = false>
-void apply_launch(const T* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
+template <typename T, int VEC, bool ADD, bool RELU, bool BITS = false, typename XT>
+void apply_launch(const XT* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
                   const float* shift, cudaStream_t s) {
-  constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU, BITS>;
+  constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU, BITS, XT>;
   const Tile t = tile_for<kernel>(M, C, VEC);
   kernel<<<t.grid, t.block, 0, s>>>(x, z, y, bits, M, static_cast<int>(C), scale, shift);
 }
 
 // bits (the ReLU's, with relu and VEC 8 only: bn_apply checks) may be null
-template <typename T, int VEC>
-void apply_vec(const T* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
+template <typename T, int VEC, typename XT>
+void apply_vec(const XT* x, const T* z, T* y, uint8_t* bits, int64_t M, int64_t C, const float* scale,
                const float* shift, bool relu, cudaStream_t s) {
   if constexpr (VEC == kMaxVec) {
     if (bits && z) return apply_launch<T, VEC, true, true, true>(x, z, y, bits, M, C, scale, shift, s);
@@ -516,8 +522,8 @@ template <int MASK, bool DZ> struct BackwardPlan {
 
 // f(IntC<VEC>, IntC<MASK>, bool_constant<DZ>) for the backward's case
 // (the ReLU's bits only 8-wide: the entry points check that they fit)
-template <typename T, typename F>
-void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
+template <typename A, typename F>
+void with_backward_case(const A& a, int64_t C, bool relu, F&& f) {
   const int mask = !relu ? kNoMask : a.bits ? kMaskBits : a.y ? kMaskY : kMaskX;
   with_vec(
       C,
@@ -535,9 +541,9 @@ void with_backward_case(const BwdArgs<T>& a, int64_t C, bool relu, F&& f) {
       a.dy, a.dy2, a.y, a.x, a.dx, a.dz);
 }
 
-template <typename T, int VEC, bool DZ, int MASK, bool DY2>
-Tile backward_reduce_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
-  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG, DY2>;
+template <typename T, typename XT, int VEC, bool DZ, int MASK, bool DY2>
+Tile backward_reduce_launch(const BwdArgs<T, XT>& a, int64_t M, int64_t C, cudaStream_t s) {
+  constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG, DY2, XT>;
   const Tile t = tile_for<reduce>(M, C, VEC);
   reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.dy2, a.y, a.bits, a.mean, a.scale, a.shift, M,
                                     static_cast<int>(C), a.workspace, a.dz);
@@ -545,29 +551,41 @@ Tile backward_reduce_launch(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStrea
 }
 
 // the second gradient is read only where the reduction stores g (the elementwise pass then reads g alone)
-template <typename T, int VEC, bool DZ, int MASK>
-Tile backward_reduce(const BwdArgs<T>& a, int64_t M, int64_t C, cudaStream_t s) {
+template <int VEC, bool DZ, int MASK, typename T, typename XT>
+Tile backward_reduce(const BwdArgs<T, XT>& a, int64_t M, int64_t C, cudaStream_t s) {
   if constexpr (BackwardPlan<MASK, DZ>::kStoreG)
-    if (a.dy2) return backward_reduce_launch<T, VEC, DZ, MASK, true>(a, M, C, s);
-  return backward_reduce_launch<T, VEC, DZ, MASK, false>(a, M, C, s);
+    if (a.dy2) return backward_reduce_launch<T, XT, VEC, DZ, MASK, true>(a, M, C, s);
+  return backward_reduce_launch<T, XT, VEC, DZ, MASK, false>(a, M, C, s);
 }
 
-template <typename T, int VEC, bool DZ, int MASK>
-void backward_elementwise(const BwdArgs<T>& a, const float* coef, int64_t M, int64_t C, cudaStream_t s) {
+template <int VEC, bool DZ, int MASK, typename T, typename XT>
+void backward_elementwise(const BwdArgs<T, XT>& a, const float* coef, int64_t M, int64_t C, cudaStream_t s) {
   using Plan = BackwardPlan<MASK, DZ>;
-  constexpr auto kernel = backward_kernel<T, VEC, Plan::kElementwiseDz, Plan::kElementwiseMask>;
+  constexpr auto kernel = backward_kernel<T, VEC, Plan::kElementwiseDz, Plan::kElementwiseMask, XT>;
   const Tile e = tile_for<kernel>(M, C, VEC);
   kernel<<<e.grid, e.block, 0, s>>>(Plan::kStoreG ? a.dz : a.dy, a.y, a.bits, a.x, a.dx, a.dz, M,
                                     static_cast<int>(C), coef, a.mean, a.scale, a.shift);
 }
 
-template <typename T> BwdArgs<T> bwd_args(const void* dy, const void* dy2, const void* y, const uint8_t* bits,
-                                         const void* x, void* dx, void* dz, const float* weight, const float* mean,
-                                         const float* invstd, const float* scale, const float* shift, float* dweight,
-                                         float* dbias, float* workspace) {
+template <typename T, typename XT = T>
+BwdArgs<T, XT> bwd_args(const void* dy, const void* dy2, const void* y, const uint8_t* bits, const void* x, void* dx,
+                        void* dz, const float* weight, const float* mean, const float* invstd, const float* scale,
+                        const float* shift, float* dweight, float* dbias, float* workspace) {
   return {static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), bits,
-          static_cast<const T*>(x), static_cast<T*>(dx), static_cast<T*>(dz), weight, mean, invstd, scale, shift,
+          static_cast<const XT*>(x), static_cast<T*>(dx), static_cast<T*>(dz), weight, mean, invstd, scale, shift,
           dweight, dbias, workspace};
+}
+
+// f(T*, XT*) (null pointers, for the types) with T the rest's element type and XT x's: one type for all, or an fp16
+// x under bf16 (the stem); false for other pairs
+template <typename F> bool with_types(BnTypes t, F&& f) {
+  if (t.x == t.rest) {
+    with_type(t.x, [&](auto tag) { f(tag, tag); });
+    return true;
+  }
+  if (t.x != HalfType::fp16 || t.rest != HalfType::bf16) return false;
+  f(static_cast<__nv_bfloat16*>(nullptr), static_cast<__half*>(nullptr));
+  return true;
 }
 
 // Whether the backward's arguments make sense: the ReLU's mask knowable (bits, y, or x with scale and shift), bits
@@ -641,40 +659,42 @@ bool bn_relu_bits_fit(int64_t C, const void* x, const void* z, const void* y) {
 
 int64_t bn_relu_bits_bytes(int64_t M, int64_t C) { return M * (C / kMaxVec); }
 
-cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
+cudaError_t bn_apply(const void* x, const void* z, void* y, BnTypes types, int64_t M, int64_t C, const float* scale,
                      const float* shift, bool relu, uint8_t* relu_bits, cudaStream_t stream) {
   if (relu_bits && (!relu || !bn_relu_bits_fit(C, x, z, y))) return cudaErrorInvalidValue;
-  with_type(dt, [&](auto tag) {
+  const bool known = with_types(types, [&](auto tag, auto xtag) {
     using T = Elem<decltype(tag)>;
+    using XT = Elem<decltype(xtag)>;
     with_vec(C, [&](auto vec) {
-      apply_vec<T, decltype(vec)::value>(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y),
+      apply_vec<T, decltype(vec)::value>(static_cast<const XT*>(x), static_cast<const T*>(z), static_cast<T*>(y),
                                          relu_bits, M, C, scale, shift, relu, stream);
     }, x, z, y);
   });
-  return cudaGetLastError();
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
-                        void* dx, void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                        void* dx, void* dz, BnTypes types, int64_t M, int64_t C, const float* weight,
                         const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
                         bool relu, float* dweight, float* dbias, float* workspace, cudaStream_t stream) {
   if (!backward_args_fit(dy, dy2, y, relu_bits, x, dx, dz, C, scale, shift, relu)) return cudaErrorInvalidValue;
-  with_type(dt, [&](auto tag) {
+  const bool known = with_types(types, [&](auto tag, auto xtag) {
     using T = Elem<decltype(tag)>;
-    const auto a = bwd_args<T>(dy, dy2, y, relu_bits, x, dx, dz, weight, save_mean, save_invstd, scale, shift,
-                               dweight, dbias, workspace);
+    using XT = Elem<decltype(xtag)>;
+    const auto a = bwd_args<T, XT>(dy, dy2, y, relu_bits, x, dx, dz, weight, save_mean, save_invstd, scale, shift,
+                                   dweight, dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       constexpr int V = decltype(vec)::value, K = decltype(mask)::value;
       constexpr bool D = decltype(has_dz)::value;
-      const Tile t = backward_reduce<T, V, D, K>(a, M, C, stream);
+      const Tile t = backward_reduce<V, D, K>(a, M, C, stream);
       float* coef = workspace + 2 * int64_t(t.grid.y) * C;
       finalize_backward<true><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
                                                                          weight, save_invstd, dweight, dbias, coef,
                                                                          nullptr);
-      backward_elementwise<T, V, D, K>(a, coef, M, C, stream);
+      backward_elementwise<V, D, K>(a, coef, M, C, stream);
     });
   });
-  return cudaGetLastError();
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
@@ -687,7 +707,7 @@ cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, con
     const auto a = bwd_args<T>(dy, dy2, y, relu_bits, x, nullptr, dz, nullptr, save_mean, save_invstd, scale, shift,
                                dweight, dbias, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
-      const Tile t = backward_reduce<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
+      const Tile t = backward_reduce<decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
           a, M, C, stream);
       finalize_backward<false><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
                                                                           nullptr, save_invstd, dweight, dbias,
@@ -711,8 +731,8 @@ cudaError_t bn_backward_from_sums(const void* dy, const void* y, const uint8_t* 
       float* coef = workspace;  // the partials are spent
       coef_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
           sums, count, static_cast<int>(C), weight, save_invstd, coef);
-      backward_elementwise<T, decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(a, coef, M, C,
-                                                                                                   stream);
+      backward_elementwise<decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(a, coef, M, C,
+                                                                                                stream);
     });
   });
   return cudaGetLastError();

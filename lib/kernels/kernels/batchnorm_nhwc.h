@@ -15,6 +15,15 @@
 
 namespace trainer::kernels {
 
+// The activations' element types: x's, and the rest's (z, y and the gradients). One type, or an fp16 x under bf16
+// for a norm whose input has an fp16 producer under bf16 autocast (ResNet's fp16 stem: models/stem_conv.h); the
+// functions taking BnTypes answer cudaErrorInvalidValue for other pairs.
+struct BnTypes {
+  HalfType x, rest;
+  BnTypes(HalfType all) : x(all), rest(all) {}  // NOLINT(google-explicit-constructor): one type, as most callers
+  BnTypes(HalfType x_type, HalfType rest_type) : x(x_type), rest(rest_type) {}
+};
+
 // fp32 workspace the reductions need for M rows of C channels on the current device.
 int64_t bn_workspace_floats(int64_t M, int64_t C);
 
@@ -46,7 +55,7 @@ int64_t bn_relu_bits_bytes(int64_t M, int64_t C);
 
 // y = x * scale + shift (+ z) (then max(., 0) when relu); z may be null. x, z, y: M x C. relu_bits (may be null;
 // with relu, where bn_relu_bits_fit): y > 0 as stored, for a backward that need not read y (a sixteenth of its bytes).
-cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t M, int64_t C, const float* scale,
+cudaError_t bn_apply(const void* x, const void* z, void* y, BnTypes types, int64_t M, int64_t C, const float* scale,
                      const float* shift, bool relu, uint8_t* relu_bits, cudaStream_t stream);
 
 // The gradients of y = act(bn(x) (+ z)) given dy: g = dy (+ dy2), masked by the ReLU's output > 0 when relu;
@@ -58,7 +67,7 @@ cudaError_t bn_apply(const void* x, const void* z, void* y, HalfType dt, int64_t
 // in the reduction instead of by a separate add; only with relu, y or relu_bits, and dz given (else
 // cudaErrorInvalidValue, as for relu_bits where the tensors do not fit them).
 cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const uint8_t* relu_bits, const void* x,
-                        void* dx, void* dz, HalfType dt, int64_t M, int64_t C, const float* weight,
+                        void* dx, void* dz, BnTypes types, int64_t M, int64_t C, const float* weight,
                         const float* save_mean, const float* save_invstd, const float* scale, const float* shift,
                         bool relu, float* dweight, float* dbias, float* workspace, cudaStream_t stream);
 

@@ -50,6 +50,18 @@ std::pair<torch::Tensor, torch::Tensor> SyncableBatchNorm2dImpl::forward_act_for
   return {y, y};
 }
 
+bool SyncableBatchNorm2dImpl::fuses_inside(const torch::Tensor& x) const {
+  return is_training() && !all_reduce_ && fused_ != FusedNorm::off && fused_batchnorm_built() && options.affine() &&
+         options.track_running_stats() && options.momentum().has_value() && x.defined() && x.is_cuda() &&
+         x.dim() == 4 && x.is_contiguous(torch::MemoryFormat::ChannelsLast);
+}
+
+void SyncableBatchNorm2dImpl::count_fused_batch() {
+  ran_fused_ = true;
+  torch::NoGradGuard ng;
+  num_batches_tracked.add_(1);
+}
+
 torch::Tensor SyncableBatchNorm2dImpl::forward_unfused(const torch::Tensor& x) {
   if (!all_reduce_ || !is_training()) return torch::nn::BatchNorm2dImpl::forward(x);
   TORCH_CHECK(x.dim() == 4, "SyncBatchNorm expects NCHW input, got ", x.dim(), " dimensions");

@@ -33,6 +33,11 @@ class SyncableBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   void set_fused(FusedNorm policy) { fused_ = policy; }
   // Whether the last forward ran the fused kernels.
   bool ran_fused() const { return ran_fused_; }
+  // For a caller that runs this norm's fused training passes inside its own autograd function (the fp16 stem:
+  // fused_batchnorm_train_forward, no residual, no SyncBatchNorm): whether it may, for an input on x's device in
+  // x's layout; and the bookkeeping forward_act does when it did (num_batches_tracked, ran_fused).
+  bool fuses_inside(const torch::Tensor& x) const;
+  void count_fused_batch();
 
  private:
   torch::Tensor forward_unfused(const torch::Tensor& x);

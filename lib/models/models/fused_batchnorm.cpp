@@ -198,6 +198,74 @@ std::pair<torch::Tensor, torch::Tensor> fused_batchnorm_forked(const torch::Tens
 #endif
 }
 
+#ifdef TRAINER_WITH_KERNELS
+namespace {
+kernels::BnTypes types_of(const torch::Tensor& x, torch::ScalarType rest) {
+  return {dtype_of(x), rest == torch::kHalf ? kernels::HalfType::fp16 : kernels::HalfType::bf16};
+}
+}  // namespace
+#endif
+
+torch::Tensor fused_batchnorm_train_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                            const torch::Tensor& bias, torch::Tensor& running_mean,
+                                            torch::Tensor& running_var, double momentum, double eps, bool relu,
+                                            torch::ScalarType out_dtype, FusedBnSaved& saved) {
+#ifdef TRAINER_WITH_KERNELS
+  TRAINER_CHECK(x.is_cuda() && x.dim() == 4 && x.is_contiguous(torch::MemoryFormat::ChannelsLast),
+                "fused batch norm: expected a 4-D channels_last CUDA input, got sizes ", x.sizes());
+  TRAINER_CHECK((out_dtype == torch::kBFloat16 || out_dtype == torch::kHalf) &&
+                    (x.scalar_type() == out_dtype || x.scalar_type() == torch::kHalf),
+                "fused batch norm: expected a bf16 or fp16 output from an input of its type or fp16, got ",
+                x.scalar_type(), " to ", out_dtype);
+  TRAINER_CHECK(weight.scalar_type() == torch::kFloat32 && running_mean.scalar_type() == torch::kFloat32,
+                "fused batch norm: parameters and running statistics must be float32");
+  const int64_t C = x.size(1), M = x.numel() / C;
+  TRAINER_CHECK(M > 1, "fused batch norm: expected more than 1 value per channel when training, got input size ",
+                x.sizes());
+  const auto f = x.options().dtype(torch::kFloat32);
+  saved = {x, torch::empty({C}, f), torch::empty({C}, f), torch::empty({C}, f), torch::empty({C}, f), relu};
+  torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
+  const cudaStream_t s = stream_of(x);
+  check(kernels::bn_forward_stats(x.data_ptr(), dtype_of(x), M, C, f32(weight), f32(bias), static_cast<float>(eps),
+                                  static_cast<float>(momentum), f32(running_mean), f32(running_var), f32(saved.mean),
+                                  f32(saved.invstd), f32(saved.scale), f32(saved.shift), f32(ws), s),
+        "statistics");
+  torch::Tensor y =
+      torch::empty(x.sizes(), x.options().dtype(out_dtype).memory_format(torch::MemoryFormat::ChannelsLast));
+  check(kernels::bn_apply(x.data_ptr(), nullptr, y.data_ptr(), types_of(x, out_dtype), M, C, f32(saved.scale),
+                          f32(saved.shift), relu, nullptr, s),
+        "apply");
+  return y;
+#else
+  (void)x, (void)weight, (void)bias, (void)running_mean, (void)running_var, (void)momentum, (void)eps, (void)relu,
+      (void)out_dtype, (void)saved;
+  TRAINER_FAIL("fused batch norm: this build has no CUDA kernels of its own (no nvcc)");
+#endif
+}
+
+FusedBnGrads fused_batchnorm_train_backward(const FusedBnSaved& sv, const torch::Tensor& weight,
+                                            const torch::Tensor& dy_in) {
+#ifdef TRAINER_WITH_KERNELS
+  const torch::Tensor dy = dy_in.contiguous(torch::MemoryFormat::ChannelsLast);
+  TRAINER_CHECK(dy.sizes() == sv.x.sizes(), "fused batch norm backward: the gradient's sizes ", dy.sizes(),
+                " differ from the input's ", sv.x.sizes());
+  const int64_t C = sv.x.size(1), M = sv.x.numel() / C;
+  const auto f = sv.x.options().dtype(torch::kFloat32);
+  FusedBnGrads g{torch::empty_like(dy, torch::MemoryFormat::ChannelsLast), torch::empty({C}, f),
+                 torch::empty({C}, f)};
+  torch::Tensor ws = torch::empty({kernels::bn_workspace_floats(M, C)}, f);
+  check(kernels::bn_backward(dy.data_ptr(), nullptr, nullptr, nullptr, sv.x.data_ptr(), g.dx.data_ptr(), nullptr,
+                             types_of(sv.x, dy.scalar_type()), M, C, f32(weight), f32(sv.mean), f32(sv.invstd),
+                             f32(sv.scale), f32(sv.shift), sv.relu, f32(g.dweight), f32(g.dbias), f32(ws),
+                             stream_of(dy)),
+        "backward");
+  return g;
+#else
+  (void)sv, (void)weight, (void)dy_in;
+  TRAINER_FAIL("fused batch norm: this build has no CUDA kernels of its own (no nvcc)");
+#endif
+}
+
 torch::Tensor fused_batchnorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& weight,
                               const torch::Tensor& bias, torch::Tensor& running_mean, torch::Tensor& running_var,
                               double momentum, double eps, bool training, bool relu, const AllReduceFn* all_reduce) {

@@ -45,4 +45,22 @@ std::pair<torch::Tensor, torch::Tensor> fused_batchnorm_forked(const torch::Tens
                                                                double eps, bool training, bool relu,
                                                                const AllReduceFn* all_reduce, bool fork);
 
+// The fused training passes outside autograd, for a function that holds a batch norm inside it (the fp16 stem and
+// its norm, models/stem_conv.h): relu?(batch_norm(x)) without residual or SyncBatchNorm, the running statistics
+// updated. x: fp16 or out_dtype (bf16 or fp16), channels_last, more than one value per channel; the output, and the
+// backward's dy and dx, in out_dtype. `saved` receives what the backward needs.
+struct FusedBnSaved {
+  torch::Tensor x, mean, invstd, scale, shift;
+  bool relu = false;
+};
+torch::Tensor fused_batchnorm_train_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                            const torch::Tensor& bias, torch::Tensor& running_mean,
+                                            torch::Tensor& running_var, double momentum, double eps, bool relu,
+                                            torch::ScalarType out_dtype, FusedBnSaved& saved);
+struct FusedBnGrads {
+  torch::Tensor dx, dweight, dbias;
+};
+FusedBnGrads fused_batchnorm_train_backward(const FusedBnSaved& saved, const torch::Tensor& weight,
+                                            const torch::Tensor& dy);
+
 }  // namespace trainer

@@ -111,8 +111,8 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
 }
 
 torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
-  torch::Tensor stem = opt_.small_stem ? conv1_(x) : stem_conv(x, conv1_->weight, 2, 3, opt_.stem_fp16);
-  torch::Tensor y = bn1_->forward_act(stem, torch::Tensor(), /*relu=*/true);
+  torch::Tensor y = opt_.small_stem ? bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true)
+                                    : stem_conv_bn_relu(x, conv1_->weight, 2, 3, opt_.stem_fp16, *bn1_);
   if (!opt_.small_stem) y = max_pool2d_nhwc(y, /*k=*/3, /*s=*/2, /*p=*/1, opt_.fused_norm);
   // each block's output reaches the next block twice (convolution, shortcut): see ResBlockImpl::forward_forked
   torch::Tensor y_shortcut = y;

@@ -6,6 +6,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include "models/batchnorm.h"
+
 namespace trainer {
 
 // Whether stem_conv takes the fp16 forward for x: enabled, CUDA, bf16 autocast on, at most 4 input channels.
@@ -14,5 +16,10 @@ bool stem_conv_fp16_applies(const torch::Tensor& x, bool enabled);
 // stem_conv_fp16_applies; else at::conv2d.
 torch::Tensor stem_conv(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                         bool fp16_forward);
+// relu(bn(stem_conv(x))): where the fp16 forward applies and bn fuses inside (SyncableBatchNorm2dImpl::fuses_inside,
+// training), one function whose norm reads the convolution's fp16 output and writes bf16 (no cast of the output);
+// else stem_conv, then bn's forward_act.
+torch::Tensor stem_conv_bn_relu(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                                bool fp16_forward, SyncableBatchNorm2dImpl& bn);
 
 }  // namespace trainer
