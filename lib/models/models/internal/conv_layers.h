@@ -8,6 +8,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/functional/dropout.h>
 
+#include "models/global_pool.h"
+
 namespace trainer::conv_layers {
 
 inline torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t groups = 1) {
@@ -43,7 +45,7 @@ inline void init_weights(torch::nn::Module& m) {
 // The head of both: global average pooling, dropout in training, fc (none with 0 classes or pre_logits).
 inline torch::Tensor pooled_head(const torch::Tensor& features, torch::nn::Linear& fc, double drop_rate,
                                  int64_t num_classes, bool training, bool pre_logits) {
-  torch::Tensor y = features.mean({2, 3});
+  torch::Tensor y = global_avg_pool(features);
   if (drop_rate > 0) y = torch::dropout(y, drop_rate, training);
   if (pre_logits) return y;
   return num_classes > 0 ? fc(y) : y;
