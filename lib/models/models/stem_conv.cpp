@@ -12,26 +12,46 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// x's fp16 copy and the convolution's fp16 output, outside autocast
-torch::Tensor conv_fp16(const torch::Tensor& x16, const torch::Tensor& weight, int64_t stride, int64_t padding) {
-  return at::conv2d(x16, weight.to(torch::kHalf), {}, {stride, stride}, {padding, padding});
+// t (N, C, H, W) in `dtype`, channels_last, zero-padded to at least `channels` channels. cuDNN (9.19, H200) pads the
+// stem's 3 channels itself (nhwcAddPaddingKernel, 0.29 ms of ResNet-50's bf16 step at bs 256) before its fast kernels:
+// the fp16 forward's takes 4 channels (0.41 ms against 0.56 for 3), the bf16 weight gradient's 8 (0.89 against 1.11:
+// bench/results/2026-12-02_h200/run61_stem_probe_wrn16); the zero channels add nothing to the sums.
+torch::Tensor padded(const torch::Tensor& t, int64_t channels, torch::ScalarType dtype) {
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  if (t.size(1) >= channels) return t.to(dtype).contiguous(cl);
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes[1] = channels;
+  torch::Tensor out = torch::zeros(sizes, t.options().dtype(dtype).memory_format(cl));
+  out.narrow(1, 0, t.size(1)).copy_(t);
+  return out;
 }
 
-// the weight gradient's bf16 copy of x: x itself where it is bf16 (no cast back in the backward)
+constexpr int64_t kForwardChannels = 4, kWgradChannels = 8;
+
+// the convolution's fp16 output from x's fp16 copy padded to 4 channels (x16), outside autocast
+torch::Tensor conv_fp16(const torch::Tensor& x16, const torch::Tensor& weight, int64_t stride, int64_t padding) {
+  return at::conv2d(x16, padded(weight, x16.size(1), torch::kHalf), {}, {stride, stride}, {padding, padding});
+}
+
+// what the backward keeps of x: x itself where it is bf16 (no cast back), else its padded fp16 copy
 torch::Tensor x_for_backward(const torch::Tensor& x, const torch::Tensor& x16) {
   return x.scalar_type() == torch::kBFloat16 ? x : x16;
 }
 
 // The convolution's gradients (x's, the weight's) in bf16 as autocast's convolution computes them, from x (bf16) or
-// its fp16 copy (otherwise: within bf16's rounding of x), cast back to x's and the weight's dtypes.
+// its fp16 copy (otherwise: within bf16's rounding of x), both padded to 8 channels, then cut to x's channels and cast
+// back to x's and the weight's dtypes.
 std::pair<torch::Tensor, torch::Tensor> conv_backward_bf16(const torch::Tensor& dy, const torch::Tensor& x_saved,
                                                            const torch::Tensor& weight, int64_t s, int64_t p,
                                                            torch::ScalarType x_dtype, bool need_dx, bool need_dw) {
-  auto [dx, dw, db] = at::convolution_backward(dy.to(torch::kBFloat16), x_saved.to(torch::kBFloat16),
-                                               weight.to(torch::kBFloat16), c10::nullopt, {s, s}, {p, p}, {1, 1},
-                                               /*transposed=*/false, {0, 0}, /*groups=*/1, {need_dx, need_dw, false});
+  const int64_t c = weight.size(1);
+  auto [dx, dw, db] = at::convolution_backward(
+      dy.to(torch::kBFloat16), padded(x_saved, kWgradChannels, torch::kBFloat16),
+      padded(weight, kWgradChannels, torch::kBFloat16), c10::nullopt, {s, s}, {p, p}, {1, 1},
+      /*transposed=*/false, {0, 0}, /*groups=*/1, {need_dx, need_dw, false});
   (void)db;
-  return {need_dx ? dx.to(x_dtype) : torch::Tensor(), need_dw ? dw.to(weight.scalar_type()) : torch::Tensor()};
+  return {need_dx ? dx.narrow(1, 0, c).to(x_dtype) : torch::Tensor(),
+          need_dw ? dw.narrow(1, 0, c).to(weight.scalar_type()) : torch::Tensor()};
 }
 
 void save_conv(AutogradContext* ctx, const torch::Tensor& x, int64_t stride, int64_t padding) {
@@ -53,7 +73,7 @@ struct StemConvFp16 : public torch::autograd::Function<StemConvFp16> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                int64_t stride, int64_t padding) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    torch::Tensor x16 = x.to(torch::kHalf);
+    torch::Tensor x16 = padded(x, kForwardChannels, torch::kHalf);
     torch::Tensor y = conv_fp16(x16, weight, stride, padding);
     ctx->save_for_backward({x_for_backward(x, x16), weight});
     save_conv(ctx, x, stride, padding);
@@ -78,7 +98,7 @@ struct StemConvBnFp16 : public torch::autograd::Function<StemConvBnFp16> {
                                torch::Tensor running_mean, torch::Tensor running_var, double momentum, double eps,
                                int64_t stride, int64_t padding) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    torch::Tensor x16 = x.to(torch::kHalf);
+    torch::Tensor x16 = padded(x, kForwardChannels, torch::kHalf);
     torch::Tensor y16 = conv_fp16(x16, weight, stride, padding).contiguous(torch::MemoryFormat::ChannelsLast);
     FusedBnSaved bn;
     torch::Tensor y = fused_batchnorm_train_forward(y16, bn_weight, bn_bias, running_mean, running_var, momentum, eps,
