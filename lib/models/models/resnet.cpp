@@ -9,11 +9,13 @@
 #include "models/internal/conv_layers.h"
 #include "models/max_pool.h"
 #include "models/stem_conv.h"
+#include "models/weight_cast.h"
 
 namespace trainer {
 namespace nn = torch::nn;
 
 using conv_layers::conv;
+using conv_layers::conv_with;
 using conv_layers::conv_flops;
 using conv_layers::out_size;
 
@@ -47,11 +49,16 @@ ResBlockImpl::ResBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, boo
 
 std::pair<torch::Tensor, torch::Tensor> ResBlockImpl::forward_forked(const torch::Tensor& x,
                                                                      const torch::Tensor& x_shortcut, bool fork) {
-  torch::Tensor y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
-  if (bottleneck_) y = bn2_->forward_act(conv2_(y), torch::Tensor(), /*relu=*/true);
+  auto* down = downsample_ ? downsample_->ptr<nn::Conv2dImpl>(0).get() : nullptr;
+  const std::vector<torch::Tensor> w = cast_weights_for_autocast(
+      x, {conv1_->weight, conv2_->weight, bottleneck_ ? conv3_->weight : torch::Tensor(),
+          down ? down->weight : torch::Tensor()});
+  torch::Tensor y = bn1_->forward_act(conv_with(*conv1_, x, w[0]), torch::Tensor(), /*relu=*/true);
+  if (bottleneck_) y = bn2_->forward_act(conv_with(*conv2_, y, w[1]), torch::Tensor(), /*relu=*/true);
   SyncableBatchNorm2d& last = bottleneck_ ? bn3_ : bn2_;
-  torch::Tensor pre = (bottleneck_ ? conv3_ : conv2_)(y);
-  torch::Tensor shortcut = downsample_ ? downsample_->forward(x_shortcut) : x_shortcut;
+  torch::Tensor pre = bottleneck_ ? conv_with(*conv3_, y, w[2]) : conv_with(*conv2_, y, w[1]);
+  torch::Tensor shortcut =
+      down ? downsample_->ptr<SyncableBatchNorm2dImpl>(1)->forward(conv_with(*down, x_shortcut, w[3])) : x_shortcut;
   // the last norm, the residual add and the ReLU in one pass, unless drop-path scales the branch in between
   if (drop_path_ == 0 || !is_training()) return last->forward_act_forked(pre, shortcut, /*relu=*/true, fork);
   y = drop_path(last(pre), drop_path_, is_training());

@@ -17,6 +17,16 @@ inline torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride
       torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).groups(groups).bias(false));
 }
 
+// c's convolution of x with weight w in c's place (its cast to autocast's dtype: models/weight_cast.h)
+inline torch::Tensor conv_with(const torch::nn::Conv2dImpl& c, const torch::Tensor& x, const torch::Tensor& w) {
+  const auto& o = c.options;
+  TORCH_CHECK(std::holds_alternative<torch::ExpandingArray<2>>(o.padding()) &&
+                  std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()),
+              "conv_with: explicit zero padding expected");
+  return at::conv2d(x, w, o.bias() ? c.bias : torch::Tensor(), *o.stride(),
+                    *std::get<torch::ExpandingArray<2>>(o.padding()), *o.dilation(), o.groups());
+}
+
 // 2 * MACs of a conv producing (cout, h_out, w_out)
 inline double conv_flops(int64_t cin, int64_t cout, int64_t k, int64_t groups, int64_t h_out, int64_t w_out) {
   return 2.0 * static_cast<double>(cin / groups) * k * k * cout * h_out * w_out;
