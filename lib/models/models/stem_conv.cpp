@@ -21,8 +21,9 @@ torch::Tensor padded(const torch::Tensor& t, int64_t channels, torch::ScalarType
   if (t.size(1) >= channels) return t.to(dtype).contiguous(cl);
   std::vector<int64_t> sizes = t.sizes().vec();
   sizes[1] = channels;
-  torch::Tensor out = torch::zeros(sizes, t.options().dtype(dtype).memory_format(cl));
+  torch::Tensor out = torch::empty(sizes, t.options().dtype(dtype).memory_format(cl));
   out.narrow(1, 0, t.size(1)).copy_(t);
+  out.narrow(1, t.size(1), channels - t.size(1)).zero_();
   return out;
 }
 
