@@ -6,6 +6,11 @@
 
 #include "models/fused_batchnorm.h"
 
+#ifdef TRAINER_WITH_KERNELS
+#include "kernels/pad_channels.h"
+#include "models/internal/kernel_glue.h"
+#endif
+
 namespace trainer {
 namespace {
 
@@ -22,6 +27,20 @@ torch::Tensor padded(const torch::Tensor& t, int64_t channels, torch::ScalarType
   std::vector<int64_t> sizes = t.sizes().vec();
   sizes[1] = channels;
   torch::Tensor out = torch::empty(sizes, t.options().dtype(dtype).memory_format(cl));
+#ifdef TRAINER_WITH_KERNELS
+  const auto st = t.scalar_type();
+  if (t.is_cuda() && t.is_contiguous(cl) && (channels == 4 || channels == 8) &&
+      (st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf)) {
+    const auto src = st == torch::kFloat32    ? kernels::ElemType::f32
+                     : st == torch::kBFloat16 ? kernels::ElemType::bf16
+                                              : kernels::ElemType::fp16;
+    glue::check_launch(kernels::pad_channels(t.data_ptr(), src, t.numel() / t.size(1), static_cast<int>(t.size(1)),
+                                             out.data_ptr(), glue::half_type_of(out), static_cast<int>(channels),
+                                             glue::stream_of(t)),
+                       "stem convolution", "input channels padded");
+    return out;
+  }
+#endif
   out.narrow(1, 0, t.size(1)).copy_(t);
   out.narrow(1, t.size(1), channels - t.size(1)).zero_();
   return out;
