@@ -188,6 +188,10 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   expect_has(error_for({"train.cuda_graph=true"}, true, 2), "'train.cuda_graph': captures one GPU's step; not with 2");
   expect_has(error_for({"data.decode=gpu"}, false, 1), "'data.decode': gpu needs run.device cuda");
   EXPECT_EQ(error_for({"data.dtype=bfloat16", "train.cuda_graph=true", "data.decode=gpu"}, true, 1), "");
+  expect_has(error_for({"data.decode=hybrid"}, false, 1), "'data.decode': hybrid needs run.device cuda");
+  expect_has(error_for({"data.decode=hybrid", "data.hybrid_share=-0.5"}, true, 1),
+             "'data.hybrid_share': expected -1 (adapted) or a share in [0, 1], got -0.5");
+  EXPECT_EQ(error_for({"data.decode=hybrid", "data.hybrid_share=0.4"}, true, 1), "");
   EXPECT_EQ(error_for({}, false, 4), "");
 }
 

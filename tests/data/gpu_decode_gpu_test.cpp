@@ -348,6 +348,71 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   }
 }
 
+// data.decode hybrid: a fixed share of each batch (and an adapted one) decoded by the CPU threads -- their crop
+// windows in training -- gives the GPU path's batches: the same samples, labels and substitutes, pixels within the
+// two decoders' tolerance, over two epochs; the CPU threads took their share.
+TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  test::TempDir dir;
+  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg", "cmyk.jpg", "alpha.png", "baseline.jpg"};
+  for (int c = 0; c < 3; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    for (int i = 0; i < 6; ++i) {
+      const std::string ext = std::string(src[i]).substr(std::string(src[i]).find('.'));
+      test::write_file(d + "/" + std::to_string(i) + ext, test::read_file(fx + "/" + src[i]));
+    }
+  }
+  test::write_file(dir.file("set/c0/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
+  const auto list = scan_image_folder(dir.file("set"));
+  torch::Device dev(torch::kCUDA, 0);
+  for (const bool crop : {false, true})
+  for (const bool train : {false, true})
+  for (const double share : {0.5, -1.0}) {
+    SCOPED_TRACE(testing::Message() << "crop_decode " << crop << (train ? " train" : " eval") << " share " << share);
+    ImageLoaderOptions o;
+    o.batch_size = 8;
+    o.image_size = 48;
+    o.workers = 3;
+    o.train = train;
+    o.drop_last = false;
+    o.dct_scale = false;
+    o.crop_decode = crop;
+    o.seed = 17;
+    GpuImageLoader gpu(list.samples, o, dev);
+    o.host_share = share;
+    GpuImageLoader hybrid(list.samples, o, dev);
+    for (int64_t e : {0, 1}) {
+      gpu.set_epoch(e);
+      hybrid.set_epoch(e);
+      Batch a, b;
+      while (gpu.next(a)) {
+        ASSERT_TRUE(hybrid.next(b));
+        ASSERT_EQ(a.images.sizes(), b.images.sizes());
+        EXPECT_EQ(a.images.strides(), b.images.strides());
+        EXPECT_EQ(a.indices, b.indices) << "epoch " << e;
+        EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu())) << "epoch " << e;
+        for (int64_t i = 0; i < a.images.size(0); ++i) {
+          const double d = (a.images[i] - b.images[i]).abs().mean().item<double>();
+          EXPECT_LT(d, 0.08) << "epoch " << e << " position " << i << ": mean |diff| " << d;
+        }
+      }
+      EXPECT_FALSE(hybrid.next(b));
+    }
+    const GpuDecodeStats st = hybrid.stats();
+    EXPECT_GT(st.cpu_hybrid, 0) << "the CPU threads took their share";
+    EXPECT_GT(st.gpu, 0) << "and nvJPEG the rest";
+    EXPECT_EQ(st.cpu_fallback, gpu.stats().cpu_fallback) << "what nvJPEG cannot take goes to the CPU as before";
+    EXPECT_EQ(hybrid.bad_samples(), gpu.bad_samples());
+    EXPECT_GE(st.host_share, 0);
+    EXPECT_LE(st.host_share, share < 0 ? DecodeSplit::kMaxShare : share);
+    std::printf("  crop_decode %d, %s, share %.2f: %lld by nvJPEG, %lld by the CPU threads (hybrid), share now %.3f\n",
+                crop ? 1 : 0, train ? "train" : "eval", share, static_cast<long long>(st.gpu),
+                static_cast<long long>(st.cpu_hybrid), st.host_share);
+  }
+}
+
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
 // within the paths' tolerance, and closer than its bilinear resize does.
 TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {

@@ -169,8 +169,13 @@ Schema fields_of(Config& c) {
                "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
                "engines where present) with crop, resize and flip on the GPU; auto = start on the CPU path and, while "
                "training, switch to the GPU path where training waits for data the decode threads cannot make, "
-               "keeping it only if it is faster end to end",
-               {"cpu", "gpu", "auto"});
+               "keeping it only if it is faster end to end; hybrid = the gpu path with a share of each batch (their "
+               "crop windows) decoded by the CPU threads while the engines decode the rest (data.hybrid_share)",
+               {"cpu", "gpu", "auto", "hybrid"});
+  s.add_float("data.hybrid_share", &c.data.hybrid_share,
+              "data.decode hybrid: the share of each batch's JPEGs the CPU threads decode; -1 = adapted while "
+              "training so that both sides finish a batch together (their measured rates)",
+              closed(-1, 1));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -634,7 +639,10 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
   if (c.train.cuda_graph && world_size > 1)
     fail("train.cuda_graph", str_cat("captures one GPU's step; not with ", world_size,
                                      " ranks (data parallel all-reduces run eagerly)"));
-  if (c.data.decode == "gpu" && !cuda) fail("data.decode", "gpu needs run.device cuda");
+  if ((c.data.decode == "gpu" || c.data.decode == "hybrid") && !cuda)
+    fail("data.decode", str_cat(c.data.decode, " needs run.device cuda"));
+  if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)
+    fail("data.hybrid_share", str_cat("expected -1 (adapted) or a share in [0, 1], got ", c.data.hybrid_share));
 }
 
 Config config_from_overrides(const std::vector<std::string>& overrides) {

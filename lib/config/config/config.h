@@ -69,6 +69,7 @@ struct DataConfig {
   bool on_gpu = true;
   std::string dtype = "auto";
   std::string decode = "cpu";
+  double hybrid_share = -1;
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

@@ -40,6 +40,19 @@ void decode_on_host(const std::vector<uint8_t>& f, const std::string& name, RgbI
   }
 }
 
+// Only `window` of a JPEG (full-resolution pixels, exactly that window: libjpeg-turbo's crop decode), or all of a
+// PNG; throws Error naming `name`.
+void decode_window_on_host(const std::vector<uint8_t>& f, const std::string& name, const Rect& window,
+                           RgbImage& out) {
+  TRAINER_CHECK(!f.empty(), name, ": empty file");
+  if (sniff_format(f.data(), f.size()) != ImageFormat::jpeg) return decode_png(f.data(), f.size(), out, name);
+  JpegDecodeOptions o;
+  o.crop = true;
+  o.window = window;
+  JpegDecoder jpeg;
+  jpeg.decode(f.data(), f.size(), o, out, name);
+}
+
 torch::Tensor upload_image(const RgbImage& r, const torch::Device& device) {
   return upload(torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8),
                 device);
@@ -68,6 +81,8 @@ struct GpuImageLoader::Decoded {
   std::vector<std::string> errors;    // why position i failed, where it did
   std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
   int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
+  int64_t by_hybrid = 0;     // of by_cpu: the hybrid share (nvJPEG could have taken them)
+  double hybrid_cpu_ms = 0;  // the CPU time their decodes took, summed over the threads
 };
 
 #ifdef TRAINER_WITH_NVJPEG
@@ -78,6 +93,7 @@ struct GpuImageLoader::Ready {
 };
 struct GpuImageLoader::BatchTimes {
   at::cuda::CUDAEvent started{cudaEventDefault}, decoded{cudaEventDefault}, done{cudaEventDefault};
+  int64_t by_gpu = 0;  // the images nvJPEG decoded in the span started..decoded
 };
 #else
 struct GpuImageLoader::Ready {
@@ -88,7 +104,11 @@ struct GpuImageLoader::BatchTimes {};
 #endif
 
 GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
-    : samples_(std::move(samples)), opt_(std::move(opt)), device_(device), ahead_(std::make_unique<ReadAhead>()) {
+    : samples_(std::move(samples)),
+      opt_(std::move(opt)),
+      device_(device),
+      ahead_(std::make_unique<ReadAhead>()),
+      split_(opt_.host_share, std::max(1, opt_.workers)) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   decoder_ = std::make_unique<GpuJpegDecoder>(device);
@@ -265,7 +285,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);
   const auto t_decode = Clock::now();
-  Decoded d = decode(files, indices);
+  Decoded d = decode(files, indices, p.epoch);
   if (files.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
@@ -291,7 +311,11 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
   stats_.gpu_cropped += d.cropped;
-  stats_.cpu_fallback += d.by_cpu;
+  stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
+  stats_.cpu_hybrid += d.by_hybrid;
+  split_.observe_host(d.by_hybrid, d.hybrid_cpu_ms);
+  stats_.host_share = split_.share();
+  times->by_gpu = d.by_gpu;
   times_.push_back(std::move(times));
   collect_times();
 }
@@ -299,7 +323,9 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
 void GpuImageLoader::collect_times() {
   while (!times_.empty() && times_.front()->done.query()) {
     const BatchTimes& t = *times_.front();
-    stats_.decode_ms += t.started.elapsed_time(t.decoded);
+    const double span = t.started.elapsed_time(t.decoded);
+    stats_.decode_ms += span;
+    split_.observe_gpu(t.by_gpu, span);
     stats_.augment_ms += t.decoded.elapsed_time(t.done);
     ++stats_.batches;
     times_.pop_front();
@@ -368,7 +394,8 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
   return a.current;
 }
 
-GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices) {
+GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices,
+                                               int64_t epoch) {
   const size_t B = indices.size();
   const int threads = std::max(1, opt_.workers);
   Decoded d;
@@ -376,6 +403,8 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   d.errors.resize(B);
   d.frame.resize(B);
   std::vector<RgbImage> host(B);
+  std::vector<Rect> host_window(B);  // w > 0: the CPU threads decoded only this window (hybrid, training)
+  std::vector<double> host_ms(B, 0);
   auto decode_on_host_threads = [&](const std::vector<size_t>& which) {
     parallel_for(static_cast<int64_t>(which.size()), threads, [&](int64_t j) {
       const size_t i = which[static_cast<size_t>(j)];
@@ -383,42 +412,74 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
         d.errors[i] = files.read_errors[i];
         return;
       }
+      const auto t = Clock::now();
       try {
-        decode_on_host(files.files[i], samples_[static_cast<size_t>(indices[i])].name(), host[i]);
+        const std::string& name = samples_[static_cast<size_t>(indices[i])].name();
+        if (host_window[i].w > 0) decode_window_on_host(files.files[i], name, host_window[i], host[i]);
+        else decode_on_host(files.files[i], name, host[i]);
       } catch (const Error& e) {
         d.errors[i] = e.what();
       }
+      host_ms[i] = ms_since(t);
     });
   };
-  // what nvJPEG cannot take: the CPU threads decode it while the engines decode the rest
-  std::vector<size_t> fallback;
+  // what nvJPEG cannot take, and (hybrid) the CPU threads' share of the rest: the last ones nvJPEG could take. The
+  // threads decode them while the engines decode the others.
+  std::vector<GpuJpegDecoder::Info> info = files.info;
+  std::vector<size_t> on_host, hybrid;
   for (size_t i = 0; i < B; ++i)
-    if (!files.info[i].supported) fallback.push_back(i);
-  auto host_part = std::async(std::launch::async, decode_on_host_threads, fallback);
+    if (!info[i].supported) on_host.push_back(i);
+  {
+    const auto candidates = static_cast<int64_t>(B - on_host.size());
+    int64_t k;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      k = split_.host_count(candidates);
+    }
+    for (size_t i = B; i-- > 0 && static_cast<int64_t>(hybrid.size()) < k;) {
+      if (!info[i].supported) continue;
+      info[i].supported = false;
+      hybrid.push_back(i);
+      if (opt_.train && opt_.crop_decode) {
+        bool flip = false;
+        host_window[i] = window(indices[i], epoch, info[i].width, info[i].height, &flip);
+      }
+    }
+    on_host.insert(on_host.end(), hybrid.begin(), hybrid.end());
+  }
+  auto host_part = std::async(std::launch::async, decode_on_host_threads, on_host);
   try {
-    d.images = decoder_->decode(files.in, files.info);  // on the current (side) stream
+    d.images = decoder_->decode(files.in, info);  // on the current (side) stream
   } catch (...) {
     host_part.wait();
     throw;
   }
   host_part.get();
+  for (size_t i : hybrid) d.hybrid_cpu_ms += host_ms[i];
   // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
   std::vector<size_t> refused;
   for (size_t i = 0; i < B; ++i)
-    if (files.info[i].supported && !d.images[i].defined()) refused.push_back(i);
+    if (info[i].supported && !d.images[i].defined()) refused.push_back(i);
   decode_on_host_threads(refused);
-  fallback.insert(fallback.end(), refused.begin(), refused.end());
-  d.by_gpu = static_cast<int64_t>(B - fallback.size());
-  for (size_t i : fallback) {
+  on_host.insert(on_host.end(), refused.begin(), refused.end());
+  d.by_gpu = static_cast<int64_t>(B - on_host.size());
+  for (size_t i : on_host) {
     if (!d.errors[i].empty()) continue;
     d.images[i] = upload_image(host[i], device_);
     ++d.by_cpu;
   }
+  for (size_t i : hybrid)
+    if (d.errors[i].empty()) ++d.by_hybrid;
   for (size_t i = 0; i < B; ++i) {
     const torch::Tensor& t = d.images[i];
     if (!t.defined()) continue;
-    const auto& inf = files.info[i];
-    if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
+    const auto& inf = info[i];
+    const Rect& hw = host_window[i];
+    if (hw.w > 0) {
+      TRAINER_CHECK(t.size(1) == hw.w && t.size(0) == hw.h, samples_[static_cast<size_t>(indices[i])].name(),
+                    ": the CPU decoder's crop window is ", t.size(1), "x", t.size(0), ", expected ", hw.w, "x", hw.h);
+      d.frame[i] = Rect{hw.x, hw.y, inf.width, inf.height};
+    } else if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
       d.frame[i] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
       ++d.cropped;
     } else {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data/bad_samples.h"
+#include "data/decode_split.h"
 #include "data/gpu_jpeg_decoder.h"
 #include "data/gpu_resize.h"
 #include "data/image_folder.h"
@@ -66,7 +67,8 @@ class GpuImageLoader : public Loader {
   void produce(const EpochCursor& p, Ready& out);
   FileBatch read_files(const EpochCursor& p, int64_t count) const;   // 1. read (ahead) and parse headers
   const FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
-  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices);  // 2. nvJPEG + CPU fallback
+  // 2. nvJPEG, the CPU threads for what it cannot take and (hybrid) for their share of the rest
+  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, int64_t epoch);
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
   torch::Tensor crop_resize_normalize(const Decoded& d, int64_t epoch);         // 4. the batch tensor
   void collect_times();  // under mu_: adds the passed batches' device times to stats_
@@ -92,6 +94,7 @@ class GpuImageLoader : public Loader {
   bool stop_ = false;
   std::exception_ptr error_;
   GpuDecodeStats stats_;
+  DecodeSplit split_;  // how many of a batch the CPU threads decode (opt_.host_share)
   std::deque<std::unique_ptr<BatchTimes>> times_;
 };
 

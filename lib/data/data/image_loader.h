@@ -57,6 +57,10 @@ struct ImageLoaderOptions {
   // so that later epochs entropy-decode only the crop window's MCUs; files that have usable markers already, or
   // cannot be rewritten (CMYK), are cached as they are
   bool cache_restart = false;
+  // GPU decode (GpuImageLoader) only: the share of each batch's JPEGs that nvJPEG could take which the CPU threads
+  // decode instead (their crop window, at full resolution), while the engines decode the rest (data.decode: hybrid);
+  // < 0: adapted to the two sides' measured rates (decode_split.h); 0: nvJPEG takes all it can
+  double host_share = 0;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +

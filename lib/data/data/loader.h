@@ -25,7 +25,9 @@ struct StageTotals {
 
 // The GPU image pipeline's counts and times.
 struct GpuDecodeStats {
-  int64_t gpu = 0, cpu_fallback = 0;  // samples decoded by nvJPEG, by the CPU decoder
+  int64_t gpu = 0, cpu_fallback = 0;  // samples decoded by nvJPEG, by the CPU decoder (what nvJPEG cannot take)
+  int64_t cpu_hybrid = 0;             // samples nvJPEG could take that the CPU threads decoded (data.decode: hybrid)
+  double host_share = 0;              // hybrid: the share of a batch the CPU threads take now
   int64_t bad = 0;                    // distinct files that failed to read or decode (bad_samples.h)
   int64_t gpu_cropped = 0;            // of `gpu`: only their crop window decoded (data.crop_decode)
   int64_t batches = 0;                // batches whose device time is in the two figures below

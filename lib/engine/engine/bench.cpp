@@ -34,6 +34,10 @@ std::string fnv1a_hex(const std::string& text) {
 
 // The JSON's words for the path that made the batches.
 static std::string decode_name(const PipelineStats& s) {
+  if (s.decode == DecodeKind::gpu && s.gpu.cpu_hybrid > 0)
+    return str_cat("hybrid (", s.hardware ? "nvJPEG hardware engines" : "nvJPEG", " + CPU threads, ",
+                   s.gpu.cpu_hybrid, " of ", s.gpu.cpu_hybrid + s.gpu.gpu, " images on the CPU, share now ",
+                   s.gpu.host_share, ")");
   if (s.decode == DecodeKind::gpu) return s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
 }

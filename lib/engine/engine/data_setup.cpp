@@ -85,6 +85,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.cache_gb = d.cache_gb;
   o.cache_decoded = d.cache == "decoded";
   o.cache_restart = d.cache == "restart";
+  o.host_share = d.decode == "hybrid" ? d.hybrid_share : 0;
   return o;
 }
 
@@ -94,10 +95,19 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
   auto say = [&](const std::string& s) {
     if (why) *why = s;
   };
-  if (decode == "gpu") {
-    if (!gpu_decode_available()) throw ConfigError("key 'data.decode': gpu, but this build has no nvJPEG");
-    if (!device.is_cuda()) throw ConfigError("key 'data.decode': gpu needs run.device cuda");
-    say("data.decode gpu: nvJPEG");
+  if (decode == "gpu" || decode == "hybrid") {
+    if (!gpu_decode_available())
+      throw ConfigError(str_cat("key 'data.decode': ", decode, ", but this build has no nvJPEG"));
+    if (!device.is_cuda()) throw ConfigError(str_cat("key 'data.decode': ", decode, " needs run.device cuda"));
+    if (decode == "gpu") {
+      say("data.decode gpu: nvJPEG");
+      ImageLoaderOptions g = o;
+      g.host_share = 0;
+      return std::make_unique<GpuImageLoader>(std::move(samples), g, device);
+    }
+    say(o.host_share < 0 ? std::string("data.decode hybrid: nvJPEG and the CPU threads, the split adapted")
+                         : str_cat("data.decode hybrid: nvJPEG and the CPU threads, ", o.host_share,
+                                   " of each batch on the CPU"));
     return std::make_unique<GpuImageLoader>(std::move(samples), o, device);
   }
   if (decode == "auto") {

@@ -1,0 +1,41 @@
+#include "data/decode_split.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainer {
+namespace {
+
+void average_into(double& rate, double sample) {
+  rate = rate == 0 ? sample : (1 - DecodeSplit::kRateWeight) * rate + DecodeSplit::kRateWeight * sample;
+}
+
+}  // namespace
+
+DecodeSplit::DecodeSplit(double fixed_share, int threads)
+    : fixed_(fixed_share < 0 ? -1 : std::min(fixed_share, 1.0)), threads_(std::max(1, threads)) {}
+
+double DecodeSplit::share() const {
+  if (!adaptive()) return fixed_;
+  if (rate_host_ == 0 || rate_gpu_ == 0) return kStartShare;
+  return std::min(kMaxShare, rate_host_ / (rate_host_ + rate_gpu_));
+}
+
+int64_t DecodeSplit::host_count(int64_t n) const {
+  if (n <= 0) return 0;
+  const auto k = static_cast<int64_t>(std::llround(share() * static_cast<double>(n)));
+  if (!adaptive() || n < 2) return std::clamp<int64_t>(k, 0, n);
+  return std::clamp<int64_t>(k, 1, n - 1);
+}
+
+void DecodeSplit::observe_host(int64_t images, double cpu_ms) {
+  if (!adaptive() || images <= 0 || !(cpu_ms > 0)) return;
+  average_into(rate_host_, static_cast<double>(threads_) * static_cast<double>(images) / cpu_ms);
+}
+
+void DecodeSplit::observe_gpu(int64_t images, double span_ms) {
+  if (!adaptive() || images <= 0 || !(span_ms > 0)) return;
+  average_into(rate_gpu_, static_cast<double>(images) / span_ms);
+}
+
+}  // namespace trainer
