@@ -143,6 +143,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(const XT* __restrict__
                                                           const float* __restrict__ scale,
                                                           const float* __restrict__ shift, int64_t M, int C,
                                                           float* __restrict__ partial, T* __restrict__ g_out) {
+  begin_dependent();
   __shared__ float sh[2][kThreads * kMaxVec];
   const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
   const int v = blockIdx.x * TX + tx, c0 = v * VEC;
@@ -275,6 +276,7 @@ __device__ __forceinline__ void stats_from_sums(const StatsOut& o, int c, double
 template <typename T>
 __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict__ partial, int grid_y, int64_t M, int C,
                                StatsOut o) {
+  begin_dependent();
   const int c = blockIdx.x * kFinalX + threadIdx.x;
   double sa, sb;
   sum_partials(partial, grid_y, C, c, &sa, &sb);
@@ -284,6 +286,7 @@ __global__ void finalize_stats(const T* __restrict__ x, const float* __restrict_
 
 // SyncBatchNorm: the local sums for the all-reduce, sums = [s1 (C), s2 (C), M]
 __global__ void finalize_sums(const float* __restrict__ partial, int grid_y, int64_t M, int C, double* sums) {
+  begin_dependent();
   const int c = blockIdx.x * kFinalX + threadIdx.x;
   double sa, sb;
   sum_partials(partial, grid_y, C, c, &sa, &sb);
@@ -295,12 +298,14 @@ __global__ void finalize_sums(const float* __restrict__ partial, int grid_y, int
 
 // SyncBatchNorm: the statistics from the sums over ranks (the count in sums[2C]), shifted by k
 __global__ void stats_from_global_sums(const double* __restrict__ sums, const float* k, int C, StatsOut o) {
+  begin_dependent();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c < C) stats_from_sums(o, c, sums[c], sums[C + c], sums[2 * C], k[c]);
 }
 
 __global__ void eval_scale_shift(const float* weight, const float* bias, const float* running_mean,
                                  const float* running_var, float eps, int C, float* scale, float* shift) {
+  begin_dependent();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const float invstd = rsqrtf(running_var[c] + eps);
@@ -324,6 +329,7 @@ __device__ __forceinline__ void coef_from_sums(int C, int c, double sg, double s
 template <bool COEF>
 __global__ void finalize_backward(const float* __restrict__ partial, int grid_y, int64_t M, int C, const float* weight,
                                   const float* invstd, float* dweight, float* dbias, float* coef, double* sums) {
+  begin_dependent();
   const int c = blockIdx.x * kFinalX + threadIdx.x;
   double sg, sgx;
   sum_partials(partial, grid_y, C, c, &sg, &sgx);
@@ -341,6 +347,7 @@ __global__ void finalize_backward(const float* __restrict__ partial, int grid_y,
 // SyncBatchNorm: coef from the gradient sums over ranks and the forward's count over ranks
 __global__ void coef_from_global_sums(const double* __restrict__ sums, const double* count, int C, const float* weight,
                                       const float* invstd, float* coef) {
+  begin_dependent();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c < C) coef_from_sums(C, c, sums[c], sums[C + c], *count, weight, invstd, coef);
 }
@@ -353,6 +360,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const XT* __restrict__ 
                                                          T* __restrict__ y, uint8_t* __restrict__ bits, int64_t M,
                                                          int C, const float* __restrict__ scale,
                                                          const float* __restrict__ shift) {
+  begin_dependent();
   static_assert(!BITS || (RELU && VEC == kMaxVec), "the ReLU's bits are per vector of 8 channels");
   const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
   if (v >= C / VEC) return;
@@ -407,6 +415,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
                                                             const float* __restrict__ mean,
                                                             const float* __restrict__ scale,
                                                             const float* __restrict__ shift) {
+  begin_dependent();
   const int v = blockIdx.x * blockDim.x + threadIdx.x, c0 = v * VEC;
   if (v >= C / VEC) return;
   float ca[VEC], cb[VEC], cac[VEC], mu[VEC], sc[VEC], sf[VEC];
@@ -484,8 +493,8 @@ template <typename T, int VEC>
 Tile stats_reduce(const T* x, const float* k, int64_t M, int64_t C, float* workspace, cudaStream_t s) {
   constexpr auto kernel = reduce_kernel<T, VEC, false, kNoMask, false, false>;
   const Tile t = tile_for<kernel>(M, C, VEC);
-  kernel<<<t.grid, t.block, 0, s>>>(x, nullptr, nullptr, nullptr, nullptr, k, nullptr, nullptr, M,
-                                    static_cast<int>(C), workspace, nullptr);
+  launch_dependent(kernel, t.grid, t.block, s, x, nullptr, nullptr, nullptr, nullptr, k, nullptr, nullptr, M,
+                   static_cast<int>(C), workspace, nullptr);
   return t;
 }
 
@@ -494,7 +503,7 @@ void apply_launch(const XT* x, const T* z, T* y, uint8_t* bits, int64_t M, int64
                   const float* shift, cudaStream_t s) {
   constexpr auto kernel = apply_kernel<T, VEC, ADD, RELU, BITS, XT>;
   const Tile t = tile_for<kernel>(M, C, VEC);
-  kernel<<<t.grid, t.block, 0, s>>>(x, z, y, bits, M, static_cast<int>(C), scale, shift);
+  launch_dependent(kernel, t.grid, t.block, s, x, z, y, bits, M, static_cast<int>(C), scale, shift);
 }
 
 // bits (the ReLU's, with relu and VEC 8 only: bn_apply checks) may be null
@@ -545,8 +554,8 @@ template <typename T, typename XT, int VEC, bool DZ, int MASK, bool DY2>
 Tile backward_reduce_launch(const BwdArgs<T, XT>& a, int64_t M, int64_t C, cudaStream_t s) {
   constexpr auto reduce = reduce_kernel<T, VEC, true, MASK, BackwardPlan<MASK, DZ>::kStoreG, DY2, XT>;
   const Tile t = tile_for<reduce>(M, C, VEC);
-  reduce<<<t.grid, t.block, 0, s>>>(a.x, a.dy, a.dy2, a.y, a.bits, a.mean, a.scale, a.shift, M,
-                                    static_cast<int>(C), a.workspace, a.dz);
+  launch_dependent(reduce, t.grid, t.block, s, a.x, a.dy, a.dy2, a.y, a.bits, a.mean, a.scale, a.shift, M,
+                   static_cast<int>(C), a.workspace, a.dz);
   return t;
 }
 
@@ -563,8 +572,8 @@ void backward_elementwise(const BwdArgs<T, XT>& a, const float* coef, int64_t M,
   using Plan = BackwardPlan<MASK, DZ>;
   constexpr auto kernel = backward_kernel<T, VEC, Plan::kElementwiseDz, Plan::kElementwiseMask, XT>;
   const Tile e = tile_for<kernel>(M, C, VEC);
-  kernel<<<e.grid, e.block, 0, s>>>(Plan::kStoreG ? a.dz : a.dy, a.y, a.bits, a.x, a.dx, a.dz, M,
-                                    static_cast<int>(C), coef, a.mean, a.scale, a.shift);
+  launch_dependent(kernel, e.grid, e.block, s, Plan::kStoreG ? a.dz : a.dy, a.y, a.bits, a.x, a.dx, a.dz, M,
+                   static_cast<int>(C), coef, a.mean, a.scale, a.shift);
 }
 
 template <typename T, typename XT = T>
@@ -618,7 +627,8 @@ cudaError_t bn_forward_stats(const void* x, HalfType dt, int64_t M, int64_t C, c
     const T* xt = static_cast<const T*>(x);
     with_vec(C, [&](auto vec) {
       const Tile t = stats_reduce<T, decltype(vec)::value>(xt, nullptr, M, C, workspace, stream);
-      finalize_stats<T><<<final_grid(C), kFinalBlock, 0, stream>>>(xt, workspace, t.grid.y, M, static_cast<int>(C), o);
+      launch_dependent(finalize_stats<T>, final_grid(C), kFinalBlock, stream, xt, workspace, t.grid.y, M,
+                       static_cast<int>(C), o);
     }, x);
   });
   return cudaGetLastError();
@@ -630,7 +640,8 @@ cudaError_t bn_forward_sums(const void* x, HalfType dt, int64_t M, int64_t C, co
     using T = Elem<decltype(tag)>;
     with_vec(C, [&](auto vec) {
       const Tile t = stats_reduce<T, decltype(vec)::value>(static_cast<const T*>(x), k, M, C, workspace, stream);
-      finalize_sums<<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C), sums);
+      launch_dependent(finalize_sums, final_grid(C), kFinalBlock, stream, workspace, t.grid.y, M,
+                       static_cast<int>(C), sums);
     }, x);
   });
   return cudaGetLastError();
@@ -640,16 +651,16 @@ cudaError_t bn_stats_from_sums(const double* sums, const float* k, int64_t C, co
                                float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                                float* save_invstd, float* scale, float* shift, cudaStream_t stream) {
   const StatsOut o{weight, bias, eps, momentum, running_mean, running_var, save_mean, save_invstd, scale, shift};
-  stats_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      sums, k, static_cast<int>(C), o);
+  launch_dependent(stats_from_global_sums, dim3(static_cast<unsigned>((C + kThreads - 1) / kThreads)),
+                   dim3(kThreads), stream, sums, k, static_cast<int>(C), o);
   return cudaGetLastError();
 }
 
 cudaError_t bn_eval_scale_shift(const float* weight, const float* bias, const float* running_mean,
                                 const float* running_var, float eps, int64_t C, float* scale, float* shift,
                                 cudaStream_t stream) {
-  eval_scale_shift<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      weight, bias, running_mean, running_var, eps, static_cast<int>(C), scale, shift);
+  launch_dependent(eval_scale_shift, dim3(static_cast<unsigned>((C + kThreads - 1) / kThreads)), dim3(kThreads),
+                   stream, weight, bias, running_mean, running_var, eps, static_cast<int>(C), scale, shift);
   return cudaGetLastError();
 }
 
@@ -688,9 +699,8 @@ cudaError_t bn_backward(const void* dy, const void* dy2, const void* y, const ui
       constexpr bool D = decltype(has_dz)::value;
       const Tile t = backward_reduce<V, D, K>(a, M, C, stream);
       float* coef = workspace + 2 * int64_t(t.grid.y) * C;
-      finalize_backward<true><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
-                                                                         weight, save_invstd, dweight, dbias, coef,
-                                                                         nullptr);
+      launch_dependent(finalize_backward<true>, final_grid(C), kFinalBlock, stream, workspace, t.grid.y, M,
+                       static_cast<int>(C), weight, save_invstd, dweight, dbias, coef, nullptr);
       backward_elementwise<V, D, K>(a, coef, M, C, stream);
     });
   });
@@ -709,9 +719,8 @@ cudaError_t bn_backward_sums(const void* dy, const void* dy2, const void* y, con
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       const Tile t = backward_reduce<decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(
           a, M, C, stream);
-      finalize_backward<false><<<final_grid(C), kFinalBlock, 0, stream>>>(workspace, t.grid.y, M, static_cast<int>(C),
-                                                                          nullptr, save_invstd, dweight, dbias,
-                                                                          nullptr, sums);
+      launch_dependent(finalize_backward<false>, final_grid(C), kFinalBlock, stream, workspace, t.grid.y, M,
+                       static_cast<int>(C), nullptr, save_invstd, dweight, dbias, nullptr, sums);
     });
   });
   return cudaGetLastError();
@@ -729,8 +738,8 @@ cudaError_t bn_backward_from_sums(const void* dy, const void* y, const uint8_t* 
                                nullptr, nullptr, workspace);
     with_backward_case(a, C, relu, [&](auto vec, auto mask, auto has_dz) {
       float* coef = workspace;  // the partials are spent
-      coef_from_global_sums<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          sums, count, static_cast<int>(C), weight, save_invstd, coef);
+      launch_dependent(coef_from_global_sums, dim3(static_cast<unsigned>((C + kThreads - 1) / kThreads)),
+                       dim3(kThreads), stream, sums, count, static_cast<int>(C), weight, save_invstd, coef);
       backward_elementwise<decltype(vec)::value, decltype(has_dz)::value, decltype(mask)::value>(a, coef, M, C,
                                                                                                 stream);
     });

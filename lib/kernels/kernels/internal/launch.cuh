@@ -5,6 +5,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
 #include "kernels/half_type.h"
 
 namespace trainer::kernels {
@@ -18,6 +22,48 @@ inline int sm_count() {
     return count > 0 ? count : 1;
   }();
   return n;
+}
+
+// Programmatic dependent launch (sm_90+): a kernel queued by launch_dependent may be scheduled while the kernel
+// before it on the stream is still running, which hides its launch latency behind that kernel's tail. Such a kernel
+// calls begin_dependent() before it touches memory: it returns once the previous grid has completed and its writes
+// are visible (then lets the next dependent kernel be scheduled). Plain launches below sm_90 and unless the
+// environment sets TRAINER_PDL=1 (off by default until measured on the H200); begin_dependent() returns at once in
+// a plainly launched kernel.
+__device__ __forceinline__ void begin_dependent() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+inline bool dependent_launch_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TRAINER_PDL");
+    if (e == nullptr || std::strcmp(e, "1") != 0) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, 0, s>>>(args...), as a programmatic dependent launch where enabled (errors: cudaGetLastError)
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // f(T*) with T the element type of dt (a null pointer of it, for the type)
