@@ -263,13 +263,10 @@ TEST(GpuDecode, RegionDecodeMatchesTheWholeImageCrop) {
   EXPECT_GE(cropped, 1) << "the engines took none of the regions";
 }
 
-// The GPU path gives the CPU path's batches: same order, labels, crop boxes and flips, pixels within the
-// difference of the two resize implementations; PNG and CMYK files go through the CPU fallback, and the corrupt
-// file is substituted (training) or left out (evaluation) as the CPU path does it.
-TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
-  REQUIRE_NVJPEG();
+// An ImageFolder of 3 classes of 6 files each -- JPEGs the engines take (baseline, EXIF, odd sizes), a CMYK JPEG
+// and a PNG they do not -- and one corrupt JPEG, under dir; returns its root.
+std::string write_mixed_set(const test::TempDir& dir) {
   const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
-  test::TempDir dir;
   const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg", "cmyk.jpg", "alpha.png", "baseline.jpg"};
   for (int c = 0; c < 3; ++c) {
     const std::string d = dir.file("set/c" + std::to_string(c));
@@ -280,7 +277,16 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
     }
   }
   test::write_file(dir.file("set/c0/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
-  const auto list = scan_image_folder(dir.file("set"));
+  return dir.file("set");
+}
+
+// The GPU path gives the CPU path's batches: same order, labels, crop boxes and flips, pixels within the
+// difference of the two resize implementations; PNG and CMYK files go through the CPU fallback, and the corrupt
+// file is substituted (training) or left out (evaluation) as the CPU path does it.
+TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = scan_image_folder(write_mixed_set(dir));
   torch::Device dev(torch::kCUDA, 0);
   for (const bool crop : {false, true})
   for (const bool train : {false, true}) {
@@ -353,19 +359,8 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
 // two decoders' tolerance, over two epochs; the CPU threads took their share.
 TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
   REQUIRE_NVJPEG();
-  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
   test::TempDir dir;
-  const char* src[] = {"baseline.jpg", "exif.jpg", "odd.jpg", "cmyk.jpg", "alpha.png", "baseline.jpg"};
-  for (int c = 0; c < 3; ++c) {
-    const std::string d = dir.file("set/c" + std::to_string(c));
-    fs::make_dirs(d);
-    for (int i = 0; i < 6; ++i) {
-      const std::string ext = std::string(src[i]).substr(std::string(src[i]).find('.'));
-      test::write_file(d + "/" + std::to_string(i) + ext, test::read_file(fx + "/" + src[i]));
-    }
-  }
-  test::write_file(dir.file("set/c0/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
-  const auto list = scan_image_folder(dir.file("set"));
+  const auto list = scan_image_folder(write_mixed_set(dir));
   torch::Device dev(torch::kCUDA, 0);
   for (const bool crop : {false, true})
   for (const bool train : {false, true})
