@@ -228,6 +228,8 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
                        {"nvjpeg_crop_window_only", st.gpu_cropped},
                        {"cpu_fallback", st.cpu_fallback},
+                       {"cpu_hybrid", st.cpu_hybrid},
+                       {"host_share_now", st.host_share},
                        {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
                        {"timed_batches", st.batches},
                        {"decode_stream_ms_per_batch", st.decode_ms / per},
@@ -243,10 +245,12 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   r.json = j.dump(2);
   if (gpu)
     log::info(strprintf("bench-data: %.0f img/s, GPU decode (%s), %d read threads | %lld by nvJPEG (%lld crop window "
-                        "only), %lld by the CPU fallback | side stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
+                        "only), %lld by the CPU fallback, %lld by the CPU threads' hybrid share (%.2f now) | side "
+                        "stream per batch: decode %.2f ms, crop+resize+normalise %.2f ms",
                         r.img_per_s, stats.hardware ? "hardware engines" : "nvJPEG", r.workers,
                         static_cast<long long>(stats.gpu.gpu), static_cast<long long>(stats.gpu.gpu_cropped),
-                        static_cast<long long>(stats.gpu.cpu_fallback),
+                        static_cast<long long>(stats.gpu.cpu_fallback), static_cast<long long>(stats.gpu.cpu_hybrid),
+                        stats.gpu.host_share,
                         stats.gpu.decode_ms / std::max<int64_t>(stats.gpu.batches, 1),
                         stats.gpu.augment_ms / std::max<int64_t>(stats.gpu.batches, 1)));
   else
