@@ -11,6 +11,10 @@
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
+#   pdl (the batch-norm kernels as programmatic dependent launches, TRAINER_PDL=1: their GPU tests, then ResNet-50
+#     bf16 with and without, PyTorch in the same call)
+#   hybrid (data.decode hybrid: its GPU test, then ResNet-18 and ResNet-50 end to end from JPEGs with cpu, gpu and
+#     hybrid decode against the synthetic batch; SHARES: fixed hybrid shares too; MODELS: other models)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
 #     run's loss curve against the spread between seeds of off; only metrics come back, not the weights)
 # The phases of earlier issues (pipeline paths, decode choices, shards, ratios) became the suite's sections or
@@ -157,6 +161,35 @@ PY
       grep -E "eval loss|trained|rror" "$out/$name.log" | tail -4
     done
     [ ${#metrics[@]} -gt 0 ] && python3 scripts/eval_summary.py "${metrics[@]}" --json "$out/summary.json"
+    ;;
+  pdl)  # issue 24: programmatic dependent launches of the batch-norm kernels (off by default) against plain launches
+    TRAINER_PDL=1 stdbuf -oL build/tests/models/models_gpu_test --gtest_filter='FusedBatchNorm.*:StemConv.*' \
+      > "$out/pdl_test.log" 2>&1
+    TRAINER_PDL=1 stdbuf -oL build/tests/engine/engine_gpu_test \
+      --gtest_filter='FusedBatchNorm.*:*CudaGraph*:Gpu.Bf16StepsResNet50ChannelsLast' >> "$out/pdl_test.log" 2>&1
+    grep -E "OK \]|FAILED|Failure" "$out/pdl_test.log" | head -40
+    SUFFIX=_plain scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    TRAINER_PDL=1 SKIP_PYTORCH=1 SUFFIX=_pdl scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_pdl_graph scripts/bench.sh "$out/bench" resnet50 \
+      bf16 2>&1 | tail -1
+    ;;
+  hybrid)  # issue 28: data.decode hybrid end to end from the JPEG folder, against cpu and gpu decode and synthetic
+    jpeg_set
+    build/tests/data/data_gpu_test --gtest_filter='GpuDecode.Hybrid*:GpuDecode.Loader*' > "$out/hybrid_test.log" 2>&1
+    grep -E "^  |OK \]|FAILED|Failure" "$out/hybrid_test.log" | head -30
+    for model in ${MODELS:-resnet18 resnet50}; do
+      b=(bench --config configs/imagenet_like.yaml --set model.name=$model --set bench.warmup_steps=10
+         --set bench.steps=60)
+      $T "${b[@]}" --out "$out/bench/${model}_synthetic.json" 2>&1 | grep "bench $model"
+      for dec in cpu gpu hybrid; do
+        $T "${b[@]}" --set bench.data=pipeline --set data.decode=$dec --out "$out/bench/${model}_$dec.json" 2>&1 |
+          grep "bench $model"
+      done
+      for share in ${SHARES:-}; do
+        $T "${b[@]}" --set bench.data=pipeline --set data.decode=hybrid --set data.hybrid_share=$share \
+          --out "$out/bench/${model}_hybrid_$share.json" 2>&1 | grep "bench $model"
+      done
+    done
     ;;
   vitequiv)
     seeds=(${SEEDS:-0 1 2})
