@@ -12,8 +12,7 @@ void average_into(double& rate, double sample) {
 
 }  // namespace
 
-DecodeSplit::DecodeSplit(double fixed_share, int threads)
-    : fixed_(fixed_share < 0 ? -1 : std::min(fixed_share, 1.0)), threads_(std::max(1, threads)) {}
+DecodeSplit::DecodeSplit(double fixed_share) : fixed_(fixed_share < 0 ? -1 : std::min(fixed_share, 1.0)) {}
 
 double DecodeSplit::share() const {
   if (!adaptive()) return fixed_;
@@ -28,9 +27,9 @@ int64_t DecodeSplit::host_count(int64_t n) const {
   return std::clamp<int64_t>(k, 1, n - 1);
 }
 
-void DecodeSplit::observe_host(int64_t images, double cpu_ms) {
-  if (!adaptive() || images <= 0 || !(cpu_ms > 0)) return;
-  average_into(rate_host_, static_cast<double>(threads_) * static_cast<double>(images) / cpu_ms);
+void DecodeSplit::observe_host(int64_t images, double wall_ms) {
+  if (!adaptive() || images <= 0 || !(wall_ms > 0)) return;
+  average_into(rate_host_, static_cast<double>(images) / wall_ms);
 }
 
 void DecodeSplit::observe_gpu(int64_t images, double span_ms) {

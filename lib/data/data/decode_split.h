@@ -1,11 +1,11 @@
 // How the hybrid decode (data.decode: hybrid) splits each batch between the CPU decode threads and nvJPEG: a fixed
 // share, or one adapted so that both sides finish a batch together. Adapted: each side's rate is averaged over the
-// recent batches (exponentially, weight kRateWeight for the newest) -- the host threads' as `threads` times the
-// images they decoded over the CPU time those took (their capacity, however few images they had), nvJPEG's as its
-// images over the side stream's decode span -- and the host takes r_host / (r_host + r_gpu) of the next batch. At
-// that share the host's wall time for its part equals nvJPEG's span for the rest, even where the span has a fixed
-// latency (the measured rate then falls with fewer images, and the rule settles where the two times meet). Each
-// side keeps at least one image of a batch of two or more so that both rates stay measured.
+// recent batches (exponentially, weight kRateWeight for the newest) -- the host's as the images its threads decoded
+// over the wall time that took (so whatever else the cores do counts), nvJPEG's as its images over the side stream's
+// decode span -- and the host takes r_host / (r_host + r_gpu) of the next batch. That share is where the host's wall
+// time for its part equals nvJPEG's span for the rest (k / r_host = m / r_gpu), whatever the two times' shapes (a
+// fixed latency, whole waves of threads). Each side keeps at least one image of a batch of two or more so that both
+// rates stay measured.
 #pragma once
 #include <cstdint>
 
@@ -17,21 +17,20 @@ class DecodeSplit {
   static constexpr double kMaxShare = 0.95;
   static constexpr double kRateWeight = 0.2;
 
-  // fixed_share in [0, 1]: that share of every batch; < 0: adapted, for `threads` host decode threads
-  explicit DecodeSplit(double fixed_share = 0, int threads = 1);
+  // fixed_share in [0, 1]: that share of every batch; < 0: adapted
+  explicit DecodeSplit(double fixed_share = 0);
   bool adaptive() const { return fixed_ < 0; }
   double share() const;                 // the host's share of the next batch
   int64_t host_count(int64_t n) const;  // of n images nvJPEG could take: how many go to the host threads
-  // one batch's measurements: `images` decoded by the host threads in `cpu_ms` of CPU time summed over them, or by
-  // nvJPEG in a side-stream span of `span_ms`; ignored where nothing was decoded or no time measured
-  void observe_host(int64_t images, double cpu_ms);
+  // one batch's measurements: `images` decoded by the host threads in `wall_ms`, or by nvJPEG in a side-stream span
+  // of `span_ms`; ignored where nothing was decoded or no time measured
+  void observe_host(int64_t images, double wall_ms);
   void observe_gpu(int64_t images, double span_ms);
   double host_rate() const { return rate_host_; }  // images per ms, 0 until measured
   double gpu_rate() const { return rate_gpu_; }
 
  private:
   double fixed_;
-  int threads_;
   double rate_host_ = 0, rate_gpu_ = 0;
 };
 

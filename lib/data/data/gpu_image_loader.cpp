@@ -82,7 +82,8 @@ struct GpuImageLoader::Decoded {
   std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
   int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
   int64_t by_hybrid = 0;     // of by_cpu: the hybrid share (nvJPEG could have taken them)
-  double hybrid_cpu_ms = 0;  // the CPU time their decodes took, summed over the threads
+  int64_t host_images = 0;   // hybrid: what the CPU threads decoded beside nvJPEG (the share and the fallbacks),
+  double host_wall_ms = 0;   // and in how long
 };
 
 #ifdef TRAINER_WITH_NVJPEG
@@ -108,7 +109,7 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
       opt_(std::move(opt)),
       device_(device),
       ahead_(std::make_unique<ReadAhead>()),
-      split_(opt_.host_share, std::max(1, opt_.workers)) {
+      split_(opt_.host_share) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   decoder_ = std::make_unique<GpuJpegDecoder>(device);
@@ -313,7 +314,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.gpu_cropped += d.cropped;
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
   stats_.cpu_hybrid += d.by_hybrid;
-  split_.observe_host(d.by_hybrid, d.hybrid_cpu_ms);
+  split_.observe_host(d.host_images, d.host_wall_ms);
   stats_.host_share = split_.share();
   times->by_gpu = d.by_gpu;
   times_.push_back(std::move(times));
@@ -404,7 +405,6 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   d.frame.resize(B);
   std::vector<RgbImage> host(B);
   std::vector<Rect> host_window(B);  // w > 0: the CPU threads decoded only this window (hybrid, training)
-  std::vector<double> host_ms(B, 0);
   auto decode_on_host_threads = [&](const std::vector<size_t>& which) {
     parallel_for(static_cast<int64_t>(which.size()), threads, [&](int64_t j) {
       const size_t i = which[static_cast<size_t>(j)];
@@ -412,7 +412,6 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
         d.errors[i] = files.read_errors[i];
         return;
       }
-      const auto t = Clock::now();
       try {
         const std::string& name = samples_[static_cast<size_t>(indices[i])].name();
         if (host_window[i].w > 0) decode_window_on_host(files.files[i], name, host_window[i], host[i]);
@@ -420,7 +419,6 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
       } catch (const Error& e) {
         d.errors[i] = e.what();
       }
-      host_ms[i] = ms_since(t);
     });
   };
   // what nvJPEG cannot take, and (hybrid) the CPU threads' share of the rest: the last ones nvJPEG could take. The
@@ -447,15 +445,22 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     }
     on_host.insert(on_host.end(), hybrid.begin(), hybrid.end());
   }
-  auto host_part = std::async(std::launch::async, decode_on_host_threads, on_host);
+  auto host_part = std::async(std::launch::async, [&] {
+    const auto t = Clock::now();
+    decode_on_host_threads(on_host);
+    return ms_since(t);
+  });
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream
   } catch (...) {
     host_part.wait();
     throw;
   }
-  host_part.get();
-  for (size_t i : hybrid) d.hybrid_cpu_ms += host_ms[i];
+  const double host_wall_ms = host_part.get();
+  if (!hybrid.empty()) {  // the host's rate over all it decoded in that time (its share and what nvJPEG cannot take)
+    d.host_images = static_cast<int64_t>(on_host.size());
+    d.host_wall_ms = host_wall_ms;
+  }
   // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
   std::vector<size_t> refused;
   for (size_t i = 0; i < B; ++i)
