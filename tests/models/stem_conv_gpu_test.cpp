@@ -12,6 +12,12 @@
 #include "models/fused_batchnorm.h"
 #include "models/stem_conv.h"
 
+#ifdef TRAINER_WITH_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/pad_channels.h"
+#endif
+
 namespace trainer {
 namespace {
 
@@ -92,6 +98,61 @@ TEST(StemConv, Fp16ForwardMatchesFp32AsCloselyAsAutocast) {
     }
   }
 }
+
+#ifdef TRAINER_WITH_KERNELS
+// The stem's padding kernel (kernels/pad_channels.h) equals ATen's zero pad of the channels and cast, bit for bit,
+// for the input types it takes and both paddings the stem uses (odd and ResNet-50 batches), refuses what it does not
+// take, and is timed against ATen's strided copy and fill at ResNet-50's batch.
+TEST(StemConv, PaddingKernelEqualsAtensPadAndCast) {
+  REQUIRE_KERNELS();
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  auto elem = [](torch::ScalarType t) {
+    return t == torch::kFloat32 ? kernels::ElemType::f32 : t == torch::kBFloat16 ? kernels::ElemType::bf16
+                                                                                 : kernels::ElemType::fp16;
+  };
+  auto half = [](torch::ScalarType t) { return t == torch::kHalf ? kernels::HalfType::fp16 : kernels::HalfType::bf16; };
+  const std::vector<std::pair<int, torch::ScalarType>> outs = {{4, torch::kHalf}, {8, torch::kBFloat16}};
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{3, 3, 37, 29}, {2, 1, 5, 7}, {256, 3, 224, 224}})
+  for (const auto src : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+  for (const auto& [c_out, dst] : outs) {
+    SCOPED_TRACE(testing::Message() << shape[0] << "x" << shape[1] << "x" << shape[2] << "x" << shape[3] << " "
+                                    << c10::toString(src) << " -> " << c_out << " " << c10::toString(dst));
+    torch::manual_seed(2);
+    torch::Tensor x = torch::randn(shape, torch::device(torch::kCUDA)).to(src).contiguous(cl);
+    const int64_t M = x.numel() / x.size(1);
+    torch::Tensor y = torch::empty({shape[0], c_out, shape[2], shape[3]}, x.options().dtype(dst).memory_format(cl));
+    y.fill_(7);  // what the kernel must overwrite
+    ASSERT_EQ(kernels::pad_channels(x.data_ptr(), elem(src), M, static_cast<int>(shape[1]), y.data_ptr(),
+                                    half(dst), c_out, stream),
+              cudaSuccess);
+    const torch::Tensor ref = at::constant_pad_nd(x, {0, 0, 0, 0, 0, c_out - shape[1]}).to(dst);
+    EXPECT_TRUE(torch::equal(y, ref));
+    if (shape[0] == 256 && src == torch::kBFloat16) {
+      const double ours = test::device_ms([&] {
+        (void)kernels::pad_channels(x.data_ptr(), elem(src), M, 3, y.data_ptr(), half(dst), c_out, stream);
+      });
+      const double aten = test::device_ms([&] {
+        y.narrow(1, 0, 3).copy_(x);
+        y.narrow(1, 3, c_out - 3).zero_();
+      });
+      std::printf("  256x3x224x224 bf16 -> %d channels %s: kernel %.3f ms, ATen copy + fill %.3f ms\n", c_out,
+                  test::name_of(dst), ours, aten);
+    }
+  }
+  // what it does not take
+  torch::Tensor x = torch::zeros({1, 3, 4, 4}, torch::device(torch::kCUDA)).contiguous(cl);
+  torch::Tensor y = torch::zeros({1, 8, 4, 4}, x.options().dtype(torch::kHalf)).contiguous(cl);
+  const auto f32 = kernels::ElemType::f32;
+  EXPECT_EQ(kernels::pad_channels(x.data_ptr(), f32, 16, 3, y.data_ptr(), kernels::HalfType::fp16, 5, stream),
+            cudaErrorInvalidValue);  // 4 or 8 channels out
+  EXPECT_EQ(kernels::pad_channels(x.data_ptr(), f32, 16, 9, y.data_ptr(), kernels::HalfType::fp16, 8, stream),
+            cudaErrorInvalidValue);  // more channels in than out
+  EXPECT_EQ(kernels::pad_channels(x.data_ptr(), f32, 16, 3, static_cast<char*>(y.data_ptr()) + 2,
+                                  kernels::HalfType::fp16, 8, stream),
+            cudaErrorInvalidValue);  // y not 16-byte aligned
+}
+#endif
 
 struct NormResult {
   torch::Tensor y, dw, dgamma, dbeta, running_mean, running_var;
