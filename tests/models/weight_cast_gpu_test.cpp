@@ -1,5 +1,5 @@
 // The layer-wise weight cast (models/weight_cast.h) against autocast's own per-weight casts: the same 16-bit weights
-// and the same fp32 gradients bit for bit, strides kept, undefined and unused weights handled; and the time of both
+// and the same fp32 gradients bit for bit, strides kept, undefined, unused and unaligned weights handled; and the time of both
 // for ResNet-50's convolution weights (label gpu; the CPU case runs everywhere).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -33,7 +33,11 @@ TEST(WeightCast, EqualsAutocastsCastsAndTheirGradients) {
     std::vector<torch::Tensor> ws = {torch::randn({64, 32, 3, 3}, o).contiguous(cl).requires_grad_(true),
                                      torch::randn({256, 64, 1, 1}, o).contiguous(cl).requires_grad_(true),
                                      torch::Tensor(), torch::randn({7, 5}, o).requires_grad_(true),
-                                     torch::randn({9}, o).requires_grad_(true)};  // the last: unused
+                                     torch::randn({9}, o).requires_grad_(true),  // unused
+                                     // 4 bytes past an aligned start: the kernel's element-by-element path
+                                     torch::randn({101}, o).narrow(0, 1, 100).detach().requires_grad_(true)};
+    const std::vector<size_t> used = {0, 1, 3, 5};
+    ASSERT_NE(reinterpret_cast<uintptr_t>(ws[5].data_ptr()) % 16, 0u);
     std::vector<torch::Tensor> r;
     for (const auto& w : ws) r.push_back(w.defined() ? torch::randn(w.sizes(), o) : torch::Tensor());
     const torch::Tensor x = torch::zeros({1}, o);
@@ -46,16 +50,14 @@ TEST(WeightCast, EqualsAutocastsCastsAndTheirGradients) {
     ASSERT_EQ(cast.size(), ws.size());
     EXPECT_FALSE(cast[2].defined());
     torch::Tensor loss = torch::zeros({}, o);
-    for (size_t i = 0; i < 4; ++i) {
-      if (!ws[i].defined()) continue;
+    for (const size_t i : used) {
       EXPECT_EQ(cast[i].scalar_type(), dtype);
       EXPECT_EQ(cast[i].strides(), ws[i].strides());
       EXPECT_TRUE(torch::equal(cast[i], ws[i].detach().to(dtype)));
       loss = loss + (cast[i].to(torch::kFloat32) * r[i]).sum();
     }
     loss.backward();
-    for (size_t i = 0; i < 4; ++i) {
-      if (!ws[i].defined()) continue;
+    for (const size_t i : used) {
       ASSERT_TRUE(ws[i].grad().defined());
       EXPECT_EQ(ws[i].grad().scalar_type(), torch::kFloat32);
       EXPECT_TRUE(torch::equal(ws[i].grad(), r[i].to(dtype).to(torch::kFloat32))) << i;
