@@ -1,6 +1,6 @@
 // The layer-wise weight cast (models/weight_cast.h) against autocast's own per-weight casts: the same 16-bit weights
-// and the same fp32 gradients bit for bit, strides kept, undefined, unused and unaligned weights handled; and the time of both
-// for ResNet-50's convolution weights (label gpu; the CPU case runs everywhere).
+// and the same fp32 gradients bit for bit, strides kept, undefined, unused and unaligned weights handled; and the
+// time of both for ResNet-50's convolution weights (label gpu; the CPU case runs everywhere).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
