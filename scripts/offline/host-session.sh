@@ -11,8 +11,8 @@
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
-#   pdl (the batch-norm kernels as programmatic dependent launches, TRAINER_PDL=1: their GPU tests, then ResNet-50
-#     bf16 with and without, PyTorch in the same call)
+#   stepab (ResNet-50's opt-in step changes against the default, PyTorch in the same call: the batch-norm kernels as
+#     programmatic dependent launches (TRAINER_PDL=1) and the space-to-depth stem (model.stem_s2d), their GPU tests)
 #   hybrid (data.decode hybrid: its GPU test, then ResNet-18 and ResNet-50 end to end from JPEGs with cpu, gpu and
 #     hybrid decode against the synthetic batch; SHARES: fixed hybrid shares too; MODELS: other models)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -162,16 +162,20 @@ PY
     done
     [ ${#metrics[@]} -gt 0 ] && python3 scripts/eval_summary.py "${metrics[@]}" --json "$out/summary.json"
     ;;
-  pdl)  # issue 24: programmatic dependent launches of the batch-norm kernels (off by default) against plain launches
-    TRAINER_PDL=1 stdbuf -oL build/tests/models/models_gpu_test --gtest_filter='FusedBatchNorm.*:StemConv.*' \
+  stepab)  # issue 24: the opt-in step changes (dependent launches, space-to-depth stem) against the default
+    TRAINER_PDL=1 stdbuf -oL build/tests/models/models_gpu_test \
+      --gtest_filter='FusedBatchNorm.MatchesAten*:FusedBatchNorm.Forked*:FusedBatchNorm.Sync*:StemConv.*' \
       > "$out/pdl_test.log" 2>&1
     TRAINER_PDL=1 stdbuf -oL build/tests/engine/engine_gpu_test \
       --gtest_filter='FusedBatchNorm.*:*CudaGraph*:Gpu.Bf16StepsResNet50ChannelsLast' >> "$out/pdl_test.log" 2>&1
     grep -E "OK \]|FAILED|Failure" "$out/pdl_test.log" | head -40
     SUFFIX=_plain scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     TRAINER_PDL=1 SKIP_PYTORCH=1 SUFFIX=_pdl scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA=train.cuda_graph=true SUFFIX=_pdl_graph scripts/bench.sh "$out/bench" resnet50 \
+    SKIP_PYTORCH=1 EXTRA=model.stem_s2d=true SUFFIX=_s2d scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA=model.stem_s2d=true SUFFIX=_pdl_s2d scripts/bench.sh "$out/bench" resnet50 \
       bf16 2>&1 | tail -1
+    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA="model.stem_s2d=true train.cuda_graph=true" SUFFIX=_pdl_s2d_graph \
+      scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
     ;;
   hybrid)  # issue 28: data.decode hybrid end to end from the JPEG folder, against cpu and gpu decode and synthetic
     jpeg_set

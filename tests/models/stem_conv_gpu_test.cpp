@@ -11,6 +11,7 @@
 #include "models/batchnorm.h"
 #include "models/fused_batchnorm.h"
 #include "models/stem_conv.h"
+#include "models/stem_s2d.h"
 
 #ifdef TRAINER_WITH_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -153,6 +154,70 @@ TEST(StemConv, PaddingKernelEqualsAtensPadAndCast) {
             cudaErrorInvalidValue);  // y not 16-byte aligned
 }
 #endif
+
+// The stem as a 4x4 convolution over its input's space-to-depth (models/stem_s2d.h) under bf16 autocast: the kernel's
+// rearrangement equals ATen's (the CPU path) bit for bit; output and weight gradient against fp32 within 1e-2 and
+// no further than 1.25x autocast's direct bf16 convolution (the same bf16 inputs, the sums in another order); then
+// forward + weight gradient timed against the fp16 forward and autocast's bf16 at ResNet-50's batch.
+TEST(StemConv, SpaceToDepthMatchesFp32AsCloselyAsAutocast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; none is usable here";
+  const torch::Device dev(torch::kCUDA, 0);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  at::globalContext().setBenchmarkCuDNN(true);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{256, 3, 224, 224}, {2, 1, 64, 64}, {3, 3, 30, 18}}) {
+    SCOPED_TRACE(testing::Message() << shape[0] << "x" << shape[1] << "x" << shape[2] << "x" << shape[3]);
+    torch::manual_seed(7);
+    torch::Tensor x = torch::randn(shape, torch::device(dev)).contiguous(cl);
+    torch::Tensor w = (torch::randn({64, shape[1], 7, 7}, torch::device(dev)) * 0.05).contiguous(cl);
+    for (const auto src : {torch::kFloat32, torch::kBFloat16}) {
+      const torch::Tensor xs = x.to(src);
+      EXPECT_TRUE(torch::equal(stem_space_to_depth(xs, 3, torch::kBFloat16).cpu(),
+                               stem_space_to_depth(xs.cpu(), 3, torch::kBFloat16)))
+          << c10::toString(src);
+    }
+    ASSERT_TRUE(stem_s2d_applies(x, w, 2, 3));
+    torch::Tensor dy = torch::randn({shape[0], 64, shape[2] / 2, shape[3] / 2}, torch::device(dev)).contiguous(cl) * 1e-6;
+    torch::Tensor wr = w.detach().requires_grad_(true);
+    torch::Tensor yr = at::conv2d(x, wr, {}, {2, 2}, {3, 3});
+    yr.backward(dy);
+    auto run_s2d = [&](bool s2d) {
+      torch::Tensor wi = w.detach().requires_grad_(true);
+      torch::Tensor y;
+      {
+        Bf16Autocast ac;
+        y = s2d ? stem_conv_s2d(x, wi, 3) : at::conv2d(x, wi, {}, {2, 2}, {3, 3});
+      }
+      y.backward(dy.to(y.scalar_type()));
+      return Result{y.detach(), wi.grad()};
+    };
+    const Result ours = run_s2d(true), aten = run_s2d(false);
+    EXPECT_EQ(ours.y.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(ours.y.is_contiguous(cl));
+    const double e_y = test::rel_l2(ours.y, yr), e_y_aten = test::rel_l2(aten.y, yr);
+    const double e_w = test::rel_l2(ours.dw, wr.grad()), e_w_aten = test::rel_l2(aten.dw, wr.grad());
+    std::printf("  %ldx%ldx%ldx%ld: space-to-depth output rel L2 %.2e (autocast bf16 %.2e), weight grad %.2e (%.2e)\n",
+                shape[0], shape[1], shape[2], shape[3], e_y, e_y_aten, e_w, e_w_aten);
+    EXPECT_LT(e_y, 1e-2);
+    EXPECT_LT(e_w, 1e-2);
+    EXPECT_LT(e_y, 1.25 * e_y_aten + 1e-4);
+    EXPECT_LT(e_w, 1.25 * e_w_aten + 1e-4);
+    if (shape[0] == 256) {
+      for (const int path : {0, 1, 2}) {  // space-to-depth, fp16 forward, autocast bf16
+        torch::Tensor wi = w.detach().requires_grad_(true);
+        const double ms = test::device_ms([&] {
+          torch::Tensor y;
+          {
+            Bf16Autocast ac;
+            y = path == 0 ? stem_conv_s2d(x, wi, 3) : stem_conv(x, wi, 2, 3, /*fp16_forward=*/path == 1);
+          }
+          y.backward(dy.to(torch::kBFloat16));
+        });
+        std::printf("  stem forward + weight gradient, %s: %.3f ms\n",
+                    path == 0 ? "space-to-depth" : path == 1 ? "fp16 forward" : "autocast bf16", ms);
+      }
+    }
+  }
+}
 
 struct NormResult {
   torch::Tensor y, dw, dgamma, dbeta, running_mean, running_var;

@@ -28,6 +28,7 @@ Factory resnet(bool bottleneck, std::vector<int64_t> layers, int64_t groups = 1,
     o.zero_init_last = c.zero_init_last;
     o.fused_norm = fused_norm_from(c.fused_norm);
     o.stem_fp16 = c.stem_fp16;
+    o.stem_s2d = c.stem_s2d;
     o.drop_rate = c.drop_rate;
     o.drop_path_rate = c.drop_path_rate;
     o.input_size = input_size;

@@ -9,6 +9,7 @@
 #include "models/internal/conv_layers.h"
 #include "models/max_pool.h"
 #include "models/stem_conv.h"
+#include "models/stem_s2d.h"
 #include "models/weight_cast.h"
 
 namespace trainer {
@@ -118,8 +119,13 @@ ResNetImpl::ResNetImpl(const ResNetOptions& opt) : opt_(opt) {
 }
 
 torch::Tensor ResNetImpl::forward_features(const torch::Tensor& x) {
-  torch::Tensor y = opt_.small_stem ? bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true)
-                                    : stem_conv_bn_relu(x, conv1_->weight, 2, 3, opt_.stem_fp16, *bn1_);
+  torch::Tensor y;
+  if (opt_.small_stem)
+    y = bn1_->forward_act(conv1_(x), torch::Tensor(), /*relu=*/true);
+  else if (opt_.stem_s2d && x.is_cuda() && stem_s2d_applies(x, conv1_->weight, /*stride=*/2, /*pad=*/3))
+    y = bn1_->forward_act(stem_conv_s2d(x, conv1_->weight, /*pad=*/3), torch::Tensor(), /*relu=*/true);
+  else
+    y = stem_conv_bn_relu(x, conv1_->weight, 2, 3, opt_.stem_fp16, *bn1_);
   if (!opt_.small_stem) y = max_pool2d_nhwc(y, /*k=*/3, /*s=*/2, /*p=*/1, opt_.fused_norm);
   // each block's output reaches the next block twice (convolution, shortcut): see ResBlockImpl::forward_forked
   torch::Tensor y_shortcut = y;
