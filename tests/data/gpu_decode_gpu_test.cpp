@@ -280,6 +280,20 @@ std::string write_mixed_set(const test::TempDir& dir) {
   return dir.file("set");
 }
 
+// What the tests on that set share: batches of 8 at 48 px over 3 threads, the last batch kept, no DCT scaling (the
+// GPU path resizes from the full-resolution crop), seed 17.
+ImageLoaderOptions mixed_set_options(bool train) {
+  ImageLoaderOptions o;
+  o.batch_size = 8;
+  o.image_size = 48;
+  o.workers = 3;
+  o.train = train;
+  o.drop_last = false;
+  o.dct_scale = false;
+  o.seed = 17;
+  return o;
+}
+
 // The GPU path gives the CPU path's batches: same order, labels, crop boxes and flips, pixels within the
 // difference of the two resize implementations; PNG and CMYK files go through the CPU fallback, and the corrupt
 // file is substituted (training) or left out (evaluation) as the CPU path does it.
@@ -290,15 +304,8 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   torch::Device dev(torch::kCUDA, 0);
   for (const bool crop : {false, true})
   for (const bool train : {false, true}) {
-    ImageLoaderOptions o;
-    o.batch_size = 8;
-    o.image_size = 48;
-    o.workers = 3;
-    o.train = train;
-    o.drop_last = false;
-    o.dct_scale = false;  // the GPU path resizes from the full-resolution crop
+    ImageLoaderOptions o = mixed_set_options(train);
     o.crop_decode = false;
-    o.seed = 17;
     o.channels_last = false;
     ImageLoader cpu(list.samples, o, dev);  // reference: whole-image decode on the CPU
     o.crop_decode = crop;                   // the GPU path: whole image, or the crop window on the engines
@@ -366,15 +373,8 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
   for (const bool train : {false, true})
   for (const double share : {0.5, -1.0}) {
     SCOPED_TRACE(testing::Message() << "crop_decode " << crop << (train ? " train" : " eval") << " share " << share);
-    ImageLoaderOptions o;
-    o.batch_size = 8;
-    o.image_size = 48;
-    o.workers = 3;
-    o.train = train;
-    o.drop_last = false;
-    o.dct_scale = false;
+    ImageLoaderOptions o = mixed_set_options(train);
     o.crop_decode = crop;
-    o.seed = 17;
     GpuImageLoader gpu(list.samples, o, dev);
     o.host_share = share;
     GpuImageLoader hybrid(list.samples, o, dev);

@@ -13,18 +13,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S> __device__ __forceinline__ float load_f(const S* p);
-template <> __device__ __forceinline__ float load_f(const float* p) { return *p; }
-template <> __device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-template <> __device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
-
 template <typename S, typename D, int COUT>
 __global__ void __launch_bounds__(kThreads) pad_kernel(const S* __restrict__ x, int64_t M, int c_in,
                                                        D* __restrict__ y) {
   for (int64_t r = int64_t(blockIdx.x) * kThreads + threadIdx.x; r < M; r += int64_t(gridDim.x) * kThreads) {
     float v[COUT];
 #pragma unroll
-    for (int c = 0; c < COUT; ++c) v[c] = c < c_in ? load_f(x + r * c_in + c) : 0.f;
+    for (int c = 0; c < COUT; ++c) v[c] = c < c_in ? to_f(x[r * c_in + c]) : 0.f;
     store<D, COUT>(y + r * COUT, v);
   }
 }

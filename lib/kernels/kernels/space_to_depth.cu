@@ -13,11 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S> __device__ __forceinline__ float load_f(const S* p);
-template <> __device__ __forceinline__ float load_f(const float* p) { return *p; }
-template <> __device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-template <> __device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
-
 template <typename S, typename D, int COUT>
 __global__ void __launch_bounds__(kThreads) s2d_kernel(const S* __restrict__ x, int64_t N, int64_t H, int64_t W,
                                                        int c_in, int pad, int64_t Ho, int64_t Wo,
@@ -36,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) s2d_kernel(const S* __restrict__ x, 
       for (int ch = 0; ch < c_in; ++ch) {
 #pragma unroll
         for (int k = 0; k < COUT; ++k)  // a constant index into v keeps it in registers
-          if (k == phase * c_in + ch) v[k] = load_f(p + ch);
+          if (k == phase * c_in + ch) v[k] = to_f(p[ch]);
       }
     }
 #pragma unroll

@@ -1,5 +1,5 @@
-// Device helpers shared by the kernels: bf16/fp16 <-> fp32, and VEC values moved as one load or store (16 bytes for
-// 8 bf16/fp16 values, where the pointer is 16-byte aligned).
+// Device helpers shared by the kernels: bf16/fp16 (and fp32) -> fp32 and back, and VEC values moved as one load or
+// store (16 bytes for 8 bf16/fp16 values, where the pointer is 16-byte aligned).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -7,6 +7,7 @@
 namespace trainer::kernels {
 
 template <typename T> __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f(float v) { return v; }
 template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 template <typename T> __device__ __forceinline__ T from_f(float v);
