@@ -1,11 +1,13 @@
 // The hybrid decode's split of a batch between the CPU threads and nvJPEG (data/decode_split.h): fixed shares,
 // the adapted share settling where both sides take as long for their part (a simulated host in whole waves of
-// threads and a GPU with a fixed latency), following a side that slows down, and its bounds.
+// threads and a GPU with a fixed latency), following a side that slows down, and its bounds; and the GPU decode
+// path's end-of-epoch line (data/pipeline_report.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "data/decode_split.h"
+#include "data/pipeline_report.h"
 
 namespace trainer {
 namespace {
@@ -81,6 +83,23 @@ TEST(DecodeSplit, AdaptedShareKeepsBothSidesMeasuredAndIgnoresEmptyBatches) {
   slow_host.observe_host(1, 1000.0);
   slow_host.observe_gpu(255, 1.0);
   EXPECT_EQ(slow_host.host_count(256), 1);
+}
+
+// The end-of-epoch line of the GPU decode path: the epoch's part of the counters, the hybrid share where there was
+// one, the side stream's time per batch against the step's; nothing when no batch was timed.
+TEST(DecodeSplit, EpochReportGivesTheEpochsPartOfTheCounters) {
+  GpuDecodeStats start, now;
+  start.gpu = 100, start.cpu_fallback = 2, start.batches = 4, start.decode_ms = 40, start.augment_ms = 8;
+  EXPECT_EQ(gpu_decode_report(start, start, 30.0), "");
+  now = start;
+  now.gpu += 300, now.cpu_fallback += 4, now.cpu_hybrid = 208, now.host_share = 0.4;
+  now.batches += 2, now.decode_ms += 16, now.augment_ms += 4;
+  EXPECT_EQ(gpu_decode_report(now, start, 40.0),
+            "GPU decode: 300 images by nvJPEG, 212 by the CPU threads (208 of them the hybrid share, 0.40 of a batch "
+            "now); the loader's side stream per batch: decode 8.00 ms, crop + resize + normalise 2.00 ms, beside a "
+            "40.00 ms step (25%)");
+  now.cpu_hybrid = 0;
+  EXPECT_EQ(gpu_decode_report(now, start, 0).find("hybrid"), std::string::npos);
 }
 
 }  // namespace

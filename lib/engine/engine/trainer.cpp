@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "data/auto_loader.h"
 #include "data/image_loader.h"
+#include "data/pipeline_report.h"
 #include "distributed/process_group.h"
 #include "distributed/reducer.h"
 #include "models/batchnorm.h"
@@ -675,6 +676,11 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
                                .add("bad_samples", train_loader_->bad_samples())
                                .line());
   run_dir_->scalars(step_, {{"epoch/img_per_s", img_per_s}, {"epoch/data_wait_pct", wait_pct}});
+  const PipelineStats ps = train_loader_->pipeline_stats();
+  if (ps.decode == DecodeKind::gpu) {
+    const std::string d = gpu_decode_report(ps.gpu, decode_at_epoch_, 1e3 * et.wall_s / std::max<int64_t>(et.steps, 1));
+    if (!d.empty()) log::info(d);
+  }
   for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
   if (train_loader_->bad_samples() > 0)
     log::warn(train_loader_->bad_samples(), " bad files so far were skipped and replaced (see the warnings above)");
@@ -779,6 +785,7 @@ FitResult Trainer::fit_epochs() {
     synchronize(ctx_.device);
     timer.take_seconds();
     const double copy_at_epoch = train_loader_->copy_seconds();
+    decode_at_epoch_ = train_loader_->pipeline_stats().gpu;
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
     int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0, steps_epoch = 0;

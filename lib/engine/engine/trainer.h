@@ -115,6 +115,7 @@ class Trainer {
   Precision precision_;
   Classifier model_;
   std::unique_ptr<Loader> train_loader_, eval_loader_;
+  GpuDecodeStats decode_at_epoch_;  // the training loader's GPU decode counters at the epoch's start
   int64_t train_size_ = 0;  // the training batches' side
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;  // data parallel: overlapped, bucketed gradient averaging
