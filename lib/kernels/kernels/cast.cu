@@ -28,6 +28,7 @@ template <> __device__ __forceinline__ float convert(__half v) { return __half2f
 
 template <typename S, typename D>
 __global__ void __launch_bounds__(kThreads) cast_kernel(const Blocks b) {
+  begin_dependent();
   int t = 0;
   while (int64_t(blockIdx.x) >= b.first[t + 1]) ++t;
   const int64_t n = b.list.n[t], base = (int64_t(blockIdx.x) - b.first[t]) * kPerBlock;
@@ -77,8 +78,8 @@ cudaError_t cast_many(const CastList& list, HalfType dt, bool to_half, cudaStrea
   const dim3 grid(static_cast<unsigned>(blocks));
   with_type(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    if (to_half) cast_kernel<float, T><<<grid, kThreads, 0, stream>>>(b);
-    else cast_kernel<T, float><<<grid, kThreads, 0, stream>>>(b);
+    if (to_half) launch_dependent(cast_kernel<float, T>, grid, dim3(kThreads), stream, b);
+    else launch_dependent(cast_kernel<T, float>, grid, dim3(kThreads), stream, b);
   });
   return cudaGetLastError();
 }

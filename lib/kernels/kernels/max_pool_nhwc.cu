@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "internal/launch.cuh"
 #include "internal/vec.cuh"
 
 namespace trainer::kernels {
@@ -25,6 +26,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                            uint8_t* __restrict__ arg, PoolShape sh, int out_h,
                                                            int out_w, int total) {
+  begin_dependent();
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= total) return;
   const int cv = sh.c / VEC, v = i % cv, pos = i / cv;
@@ -60,6 +62,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ arg,
                                                             T* __restrict__ dx, PoolShape sh, int out_h, int out_w,
                                                             int total) {
+  begin_dependent();
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= total) return;
   const int cv = sh.c / VEC, v = i % cv, pos = i / cv;
@@ -89,16 +92,16 @@ bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_
 template <typename T, int VEC>
 cudaError_t forward_vec(const void* x, void* y, uint8_t* arg, const PoolShape& sh, cudaStream_t s) {
   const int oh = sh.out_h(), ow = sh.out_w(), total = sh.n * oh * ow * (sh.c / VEC);
-  forward_kernel<T, VEC><<<(total + kThreads - 1) / kThreads, kThreads, 0, s>>>(
-      static_cast<const T*>(x), static_cast<T*>(y), arg, sh, oh, ow, total);
+  launch_dependent(forward_kernel<T, VEC>, dim3((total + kThreads - 1) / kThreads), dim3(kThreads), s,
+                   static_cast<const T*>(x), static_cast<T*>(y), arg, sh, oh, ow, total);
   return cudaGetLastError();
 }
 
 template <typename T, int VEC>
 cudaError_t backward_vec(const void* dy, const uint8_t* arg, void* dx, const PoolShape& sh, cudaStream_t s) {
   const int total = sh.n * sh.h * sh.w * (sh.c / VEC);
-  backward_kernel<T, VEC><<<(total + kThreads - 1) / kThreads, kThreads, 0, s>>>(
-      static_cast<const T*>(dy), arg, static_cast<T*>(dx), sh, sh.out_h(), sh.out_w(), total);
+  launch_dependent(backward_kernel<T, VEC>, dim3((total + kThreads - 1) / kThreads), dim3(kThreads), s,
+                   static_cast<const T*>(dy), arg, static_cast<T*>(dx), sh, sh.out_h(), sh.out_w(), total);
   return cudaGetLastError();
 }
 
