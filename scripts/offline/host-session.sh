@@ -181,6 +181,10 @@ PY
     jpeg_set
     build/tests/data/data_gpu_test --gtest_filter='GpuDecode.Hybrid*:GpuDecode.Loader*' > "$out/hybrid_test.log" 2>&1
     grep -E "^  |OK \]|FAILED|Failure" "$out/hybrid_test.log" | head -30
+    for dec in cpu gpu hybrid; do  # the pipeline alone
+      $T bench-data --config configs/imagenet_like.yaml --set data.decode=$dec \
+        --out "$out/bench/pipeline_$dec.json" 2>&1 | grep "bench-data"
+    done
     for model in ${MODELS:-resnet18 resnet50}; do
       b=(bench --config configs/imagenet_like.yaml --set model.name=$model --set bench.warmup_steps=10
          --set bench.steps=60)
