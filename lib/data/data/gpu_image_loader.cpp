@@ -106,6 +106,7 @@ struct GpuImageLoader::Decoded {
   std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
   int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
   int64_t by_hybrid = 0;     // of by_cpu: the hybrid share (nvJPEG could have taken them)
+  double hybrid_share = 0;   // the share of the images nvJPEG could take that went to the CPU threads
   int64_t host_images = 0;   // hybrid: what the CPU threads decoded beside nvJPEG (the share and the fallbacks),
   double host_wall_ms = 0;   // and in how long
 };
@@ -252,6 +253,11 @@ bool GpuImageLoader::next(Batch& out) {
   std::unique_ptr<Ready> r;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    if (next_seen_)
+      split_.observe_interval(std::chrono::duration<double, std::milli>(now - last_next_).count());
+    last_next_ = now;
+    next_seen_ = true;
     const int64_t batches = batches_per_epoch();
     cv_.wait(lock, [&] { return error_ || taken_ >= batches || !queue_.empty(); });
     if (error_) std::rethrow_exception(error_);
@@ -280,6 +286,7 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
         taken_ >= batches_per_epoch() && producing_.epoch == epoch) {
       current_ = producing_;
       taken_ = 0;
+      next_seen_ = false;
       cv_.notify_all();
       return;
     }
@@ -290,6 +297,7 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   ahead_->cursor = -1;
   producing_ = make_cursor(epoch, start_batch);
   current_ = producing_;
+  next_seen_ = false;
   taken_ = producing_.cursor / opt_.batch_size;
   start();
 }
@@ -339,7 +347,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
   stats_.cpu_hybrid += d.by_hybrid;
   split_.observe_host(d.host_images, d.host_wall_ms);
-  stats_.host_share = split_.share();
+  stats_.host_share = d.hybrid_share;
   times->by_gpu = d.by_gpu;
   times_.push_back(std::move(times));
   collect_times();
@@ -458,6 +466,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
       std::lock_guard<std::mutex> lock(mu_);
       k = split_.host_count(candidates);
     }
+    d.hybrid_share = candidates > 0 ? static_cast<double>(k) / static_cast<double>(candidates) : 0;
     for (size_t i = B; i-- > 0 && static_cast<int64_t>(hybrid.size()) < k;) {
       if (!info[i].supported) continue;
       info[i].supported = false;
