@@ -82,8 +82,8 @@ TEST(DecodeSplit, AdaptedShareLeansOnTheCpuWhereTrainingSetsThePace) {
     sim.step_ms = step;
     sim.steps(s, 256, 80);
     const int64_t k = s.host_count(256);
-    EXPECT_GT(k, 98 + 20);
-    EXPECT_LE(sim.host_wall(k), DecodeSplit::kHostLoad * step);
+    EXPECT_GT(k, 98);  // more than the balance
+    EXPECT_LE(sim.host_wall(k), step);  // and never holding the batch up
     EXPECT_LE(sim.gpu_span(256 - k), step);
     EXPECT_NEAR(s.interval_ms(), step, 1e-6);
     if (step == 40.0) EXPECT_EQ(k, static_cast<int64_t>(std::llround(DecodeSplit::kMaxShare * 256)));

@@ -20,7 +20,9 @@ class DecodeSplit {
   static constexpr double kStartShare = 0.25;  // adapted: the host's share until both sides are measured
   static constexpr double kMaxShare = 0.95;
   static constexpr double kRateWeight = 0.2;
-  static constexpr double kHostLoad = 0.85;  // of the consumer's interval the host's part may take
+  // of the consumer's interval the host's part may take: the producer thread's other work per batch (uploads, the
+  // resize launch) and the next batch's file reads on the same cores need the rest
+  static constexpr double kHostLoad = 0.7;
 
   // fixed_share in [0, 1]: that share of every batch; < 0: adapted
   explicit DecodeSplit(double fixed_share = 0);
