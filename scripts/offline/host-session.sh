@@ -12,7 +12,8 @@
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
 #   stepab (ResNet-50's opt-in step changes against the default, PyTorch in the same call: the batch-norm kernels as
-#     programmatic dependent launches (TRAINER_PDL=1) and the space-to-depth stem (model.stem_s2d), their GPU tests)
+#     programmatic dependent launches (TRAINER_PDL=1) and the space-to-depth stem (model.stem_s2d), their GPU tests;
+#     PROFILE=1: both profiled against the default)
 #   hybrid (data.decode hybrid: its GPU test, then ResNet-18 and ResNet-50 end to end from JPEGs with cpu, gpu and
 #     hybrid decode against the synthetic batch; SHARES: fixed hybrid shares too; MODELS: other models)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -176,6 +177,17 @@ PY
       bf16 2>&1 | tail -1
     TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA="model.stem_s2d=true train.cuda_graph=true" SUFFIX=_pdl_s2d_graph \
       scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    if [ "${PROFILE:-0}" = "1" ]; then  # the default step against both changes, kernel by kernel (2 steps each)
+      for v in default both; do
+        env $([ $v = both ] && echo TRAINER_PDL=1) $T --config configs/bench.yaml --set data.synthetic_samples=8192 \
+          --set train.epochs=1 --set train.max_steps=24 --set data.eval_split= --set train.eval_interval=0 \
+          --set checkpoint.every_epoch=false --set model.stem_s2d=$([ $v = both ] && echo true || echo false) \
+          --set run.out_dir=/tmp/stepab --set run.name=$v --profile 20:22 > "$out/prof_$v.log" 2>&1 ||
+          tail -20 "$out/prof_$v.log"
+      done
+      python3 scripts/kernel_table.py /tmp/stepab/default/trace.json /tmp/stepab/both/trace.json --top 45 \
+        | tee "$out/kernels_default_vs_both.txt" | head -3
+    fi
     ;;
   hybrid)  # issue 28: data.decode hybrid end to end from the JPEG folder, against cpu and gpu decode and synthetic
     jpeg_set
