@@ -64,7 +64,6 @@ Tile tile(int64_t M, int64_t C, int vec, int per_sm) {
 
 template <auto Kernel> Tile tile_for(int64_t M, int64_t C, int vec) { return tile(M, C, vec, blocks_per_sm<Kernel>()); }
 
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename... P> int pick_vec(int64_t C, const P*... p) {
   return C % kMaxVec == 0 && (aligned16(p) && ...) ? kMaxVec : 1;

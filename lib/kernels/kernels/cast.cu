@@ -20,11 +20,11 @@ struct Blocks {
   unsigned aligned;                    // bit i: both of tensor i's buffers 16-byte aligned
 };
 
-template <typename S, typename D> __device__ __forceinline__ D convert(S v);
-template <> __device__ __forceinline__ __nv_bfloat16 convert(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half convert(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ float convert(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float convert(__half v) { return __half2float(v); }
+// fp32 -> 16-bit rounds to nearest even (as a tensor cast does); 16-bit -> fp32 is exact
+template <typename S, typename D> __device__ __forceinline__ D convert(S v) {
+  if constexpr (std::is_same_v<D, float>) return to_f(v);
+  else return from_f<D>(v);
+}
 
 template <typename S, typename D>
 __global__ void __launch_bounds__(kThreads) cast_kernel(const Blocks b) {
@@ -57,8 +57,6 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const Blocks b) {
     for (int64_t i = base + threadIdx.x; i < n && i < base + kPerBlock; i += kThreads) dst[i] = convert<S, D>(src[i]);
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

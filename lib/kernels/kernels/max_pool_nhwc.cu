@@ -87,7 +87,6 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
   store<T, VEC>(dx + int64_t(pos) * sh.c + v * VEC, g);
 }
 
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, int VEC>
 cudaError_t forward_vec(const void* x, void* y, uint8_t* arg, const PoolShape& sh, cudaStream_t s) {

@@ -36,14 +36,14 @@ void launch(const void* x, int64_t M, int c_in, void* y, int c_out, cudaStream_t
 
 cudaError_t pad_channels(const void* x, ElemType x_type, int64_t M, int c_in, void* y, HalfType y_type, int c_out,
                          cudaStream_t stream) {
-  if ((c_out != 4 && c_out != 8) || c_in < 1 || c_in > c_out || M < 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0)
+  if ((c_out != 4 && c_out != 8) || c_in < 1 || c_in > c_out || M < 0 || !aligned16(y))
     return cudaErrorInvalidValue;
   if (M == 0) return cudaSuccess;
-  with_type(y_type, [&](auto* tag) {
-    using D = std::remove_pointer_t<decltype(tag)>;
-    if (x_type == ElemType::f32) launch<float, D>(x, M, c_in, y, c_out, stream);
-    else if (x_type == ElemType::bf16) launch<__nv_bfloat16, D>(x, M, c_in, y, c_out, stream);
-    else launch<__half, D>(x, M, c_in, y, c_out, stream);
+  with_type(y_type, [&](auto* dtag) {
+    with_elem_type(x_type, [&](auto* stag) {
+      launch<std::remove_pointer_t<decltype(stag)>, std::remove_pointer_t<decltype(dtag)>>(x, M, c_in, y, c_out,
+                                                                                           stream);
+    });
   });
   return cudaGetLastError();
 }

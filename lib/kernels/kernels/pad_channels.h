@@ -11,8 +11,6 @@
 
 namespace trainer::kernels {
 
-enum class ElemType { f32, bf16, fp16 };
-
 // y (M rows of c_out values, in y_type) = x (M rows of c_in values, in x_type) followed by c_out - c_in zeros.
 // 1 <= c_in <= c_out, c_out 4 or 8, y 16-byte aligned; else cudaErrorInvalidValue.
 cudaError_t pad_channels(const void* x, ElemType x_type, int64_t M, int c_in, void* y, HalfType y_type, int c_out,

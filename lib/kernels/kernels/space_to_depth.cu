@@ -55,14 +55,14 @@ void launch(const void* x, int64_t N, int64_t H, int64_t W, int c_in, int pad, v
 cudaError_t space_to_depth(const void* x, ElemType x_type, int64_t N, int64_t H, int64_t W, int c_in, int pad,
                            void* y, HalfType y_type, int c_out, cudaStream_t stream) {
   if ((c_out != 8 && c_out != 16) || c_in < 1 || 4 * c_in > c_out || pad < 0 || N < 0 || H < 1 || W < 1 ||
-      (H + 2 * pad) % 2 != 0 || (W + 2 * pad) % 2 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0)
+      (H + 2 * pad) % 2 != 0 || (W + 2 * pad) % 2 != 0 || !aligned16(y))
     return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  with_type(y_type, [&](auto* tag) {
-    using D = std::remove_pointer_t<decltype(tag)>;
-    if (x_type == ElemType::f32) launch<float, D>(x, N, H, W, c_in, pad, y, c_out, stream);
-    else if (x_type == ElemType::bf16) launch<__nv_bfloat16, D>(x, N, H, W, c_in, pad, y, c_out, stream);
-    else launch<__half, D>(x, N, H, W, c_in, pad, y, c_out, stream);
+  with_type(y_type, [&](auto* dtag) {
+    with_elem_type(x_type, [&](auto* stag) {
+      launch<std::remove_pointer_t<decltype(stag)>, std::remove_pointer_t<decltype(dtag)>>(x, N, H, W, c_in, pad, y,
+                                                                                           c_out, stream);
+    });
   });
   return cudaGetLastError();
 }

@@ -28,12 +28,8 @@ torch::Tensor padded(const torch::Tensor& t, int64_t channels, torch::ScalarType
   sizes[1] = channels;
   torch::Tensor out = torch::empty(sizes, t.options().dtype(dtype).memory_format(cl));
 #ifdef TRAINER_WITH_KERNELS
-  const auto st = t.scalar_type();
-  if (t.is_cuda() && t.is_contiguous(cl) && (channels == 4 || channels == 8) &&
-      (st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf)) {
-    const auto src = st == torch::kFloat32    ? kernels::ElemType::f32
-                     : st == torch::kBFloat16 ? kernels::ElemType::bf16
-                                              : kernels::ElemType::fp16;
+  kernels::ElemType src;
+  if (t.is_cuda() && t.is_contiguous(cl) && (channels == 4 || channels == 8) && glue::elem_type_of(t, &src)) {
     glue::check_launch(kernels::pad_channels(t.data_ptr(), src, t.numel() / t.size(1), static_cast<int>(t.size(1)),
                                              out.data_ptr(), glue::half_type_of(out), static_cast<int>(channels),
                                              glue::stream_of(t)),

@@ -37,16 +37,13 @@ torch::Tensor stem_space_to_depth(const torch::Tensor& x, int64_t pad, torch::Sc
   TRAINER_CHECK(x.dim() == 4 && (x.size(2) + 2 * pad) % 2 == 0 && (x.size(3) + 2 * pad) % 2 == 0,
                 "stem space-to-depth: expected (N, C, H, W) with H + 2 pad and W + 2 pad even, got ", x.sizes());
 #ifdef TRAINER_WITH_KERNELS
-  const auto st = x.scalar_type();
   const bool half = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+  kernels::ElemType src;
   if (x.is_cuda() && half && x.is_contiguous(torch::MemoryFormat::ChannelsLast) && x.size(1) <= 4 &&
-      (st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf)) {
+      glue::elem_type_of(x, &src)) {
     const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), Co = stem_s2d_channels(C);
     torch::Tensor y = torch::empty({N, Co, (H + 2 * pad) / 2, (W + 2 * pad) / 2},
                                    x.options().dtype(dtype).memory_format(torch::MemoryFormat::ChannelsLast));
-    const auto src = st == torch::kFloat32    ? kernels::ElemType::f32
-                     : st == torch::kBFloat16 ? kernels::ElemType::bf16
-                                              : kernels::ElemType::fp16;
     glue::check_launch(kernels::space_to_depth(x.data_ptr(), src, N, H, W, static_cast<int>(C), static_cast<int>(pad),
                                                y.data_ptr(), glue::half_type_of(y), static_cast<int>(Co),
                                                glue::stream_of(x)),

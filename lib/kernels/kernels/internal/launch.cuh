@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -64,6 +65,16 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStre
   cfg.attrs = &attr;
   cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// p 16-byte aligned (a null pointer counts as aligned)
+inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// f(S*) with S the element type of et (a null pointer of it, for the type)
+template <typename F> void with_elem_type(ElemType et, F&& f) {
+  if (et == ElemType::f32) f(static_cast<float*>(nullptr));
+  else if (et == ElemType::bf16) f(static_cast<__nv_bfloat16*>(nullptr));
+  else f(static_cast<__half*>(nullptr));
 }
 
 // f(T*) with T the element type of dt (a null pointer of it, for the type)

@@ -23,6 +23,16 @@ inline cudaStream_t stream_of(const torch::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
+// t's element type as the layout kernels read it (fp32, bf16, fp16); false for other types
+inline bool elem_type_of(const torch::Tensor& t, kernels::ElemType* out) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: *out = kernels::ElemType::f32; return true;
+    case torch::kBFloat16: *out = kernels::ElemType::bf16; return true;
+    case torch::kHalf: *out = kernels::ElemType::fp16; return true;
+    default: return false;
+  }
+}
+
 // CUDA autocast on, in bf16 or fp16
 inline bool autocast_half() {
   if (!at::autocast::is_autocast_enabled(at::kCUDA)) return false;
