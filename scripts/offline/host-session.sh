@@ -11,9 +11,8 @@
 #   obs (a JPEG training run's step split, verdicts and a profile; bench from the pipeline vs synthetic)
 #   hardening (SIGTERM twice from GNU timeout on a GPU run) | stopdist (a rank under `trainer launch` on NCCL stops
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
-#   stepab (ResNet-50's opt-in step changes against the default, PyTorch in the same call: the batch-norm kernels as
-#     programmatic dependent launches (TRAINER_PDL=1) and the space-to-depth stem (model.stem_s2d), their GPU tests;
-#     PROFILE=1: both profiled against the default)
+#   stepab (ResNet-50's default step against it without programmatic dependent launches (TRAINER_PDL=0) and/or the
+#     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (data.decode hybrid: its GPU test, then ResNet-18 and ResNet-50 end to end from JPEGs with cpu, gpu and
 #     hybrid decode against the synthetic batch; SHARES: fixed hybrid shares too; MODELS: other models)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -163,30 +162,24 @@ PY
     done
     [ ${#metrics[@]} -gt 0 ] && python3 scripts/eval_summary.py "${metrics[@]}" --json "$out/summary.json"
     ;;
-  stepab)  # issue 24: the opt-in step changes (dependent launches, space-to-depth stem) against the default
-    TRAINER_PDL=1 stdbuf -oL build/tests/models/models_gpu_test \
-      --gtest_filter='FusedBatchNorm.MatchesAten*:FusedBatchNorm.Forked*:FusedBatchNorm.Sync*:StemConv.*' \
-      > "$out/pdl_test.log" 2>&1
-    TRAINER_PDL=1 stdbuf -oL build/tests/engine/engine_gpu_test \
-      --gtest_filter='FusedBatchNorm.*:*CudaGraph*:Gpu.Bf16StepsResNet50ChannelsLast' >> "$out/pdl_test.log" 2>&1
-    grep -E "OK \]|FAILED|Failure" "$out/pdl_test.log" | head -40
-    SUFFIX=_plain scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    TRAINER_PDL=1 SKIP_PYTORCH=1 SUFFIX=_pdl scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    SKIP_PYTORCH=1 EXTRA=model.stem_s2d=true SUFFIX=_s2d scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA=model.stem_s2d=true SUFFIX=_pdl_s2d scripts/bench.sh "$out/bench" resnet50 \
+  stepab)  # issue 24: ResNet-50 bf16's default step against it without dependent launches (TRAINER_PDL=0) and/or
+    # the space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs both off
+    SUFFIX=_default scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    TRAINER_PDL=0 SKIP_PYTORCH=1 SUFFIX=_nopdl scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    SKIP_PYTORCH=1 EXTRA=model.stem_s2d=false SUFFIX=_nos2d scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
+    TRAINER_PDL=0 SKIP_PYTORCH=1 EXTRA=model.stem_s2d=false SUFFIX=_neither scripts/bench.sh "$out/bench" resnet50 \
       bf16 2>&1 | tail -1
-    TRAINER_PDL=1 SKIP_PYTORCH=1 EXTRA="model.stem_s2d=true train.cuda_graph=true" SUFFIX=_pdl_s2d_graph \
-      scripts/bench.sh "$out/bench" resnet50 bf16 2>&1 | tail -1
-    if [ "${PROFILE:-0}" = "1" ]; then  # the default step against both changes, kernel by kernel (2 steps each)
-      for v in default both; do
-        env $([ $v = both ] && echo TRAINER_PDL=1) $T --config configs/bench.yaml --set data.synthetic_samples=8192 \
-          --set train.epochs=1 --set train.max_steps=24 --set data.eval_split= --set train.eval_interval=0 \
-          --set checkpoint.every_epoch=false --set model.stem_s2d=$([ $v = both ] && echo true || echo false) \
+    if [ "${PROFILE:-0}" = "1" ]; then  # kernel by kernel, 2 steps each
+      for v in default neither; do
+        env TRAINER_PDL=$([ $v = neither ] && echo 0 || echo 1) $T --config configs/bench.yaml \
+          --set data.synthetic_samples=8192 --set train.epochs=1 --set train.max_steps=24 --set data.eval_split= \
+          --set train.eval_interval=0 --set checkpoint.every_epoch=false \
+          --set model.stem_s2d=$([ $v = neither ] && echo false || echo true) \
           --set run.out_dir=/tmp/stepab --set run.name=$v --profile 20:22 > "$out/prof_$v.log" 2>&1 ||
           tail -20 "$out/prof_$v.log"
       done
-      python3 scripts/kernel_table.py /tmp/stepab/default/trace.json /tmp/stepab/both/trace.json --top 45 \
-        | tee "$out/kernels_default_vs_both.txt" | head -3
+      python3 scripts/kernel_table.py /tmp/stepab/default/trace.json /tmp/stepab/neither/trace.json --top 45 \
+        | tee "$out/kernels_default_vs_neither.txt" | head -3
     fi
     ;;
   hybrid)  # issue 28: data.decode hybrid end to end from the JPEG folder, against cpu and gpu decode and synthetic

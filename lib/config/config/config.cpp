@@ -112,9 +112,9 @@ Schema fields_of(Config& c) {
              "ResNet: the 7x7 stem convolution's forward in fp16 under bf16 autocast (cuDNN has no fast bf16 kernel "
              "for 3 input channels); its weight gradient stays bf16");
   s.add_bool("model.stem_s2d", &c.model.stem_s2d,
-             "ResNet on CUDA: the 7x7 stride-2 stem as a 4x4 convolution over the 2x2 space-to-depth of its input "
-             "(12 channels, as MLPerf's ResNet-50), forward and weight gradient in the autocast dtype; before "
-             "stem_fp16 where it applies (even image sides)");
+             "ResNet on CUDA: the 7x7 stride-2 stem as the same convolution, 4x4 over the 2x2 space-to-depth of "
+             "its input (12 channels, as MLPerf's ResNet-50), forward and weight gradient in the autocast dtype; "
+             "before stem_fp16 where it applies (even padded image sides, at most 4 input channels)");
   s.add_float("model.drop_rate", &c.model.drop_rate, "dropout before the classifier", half_open(0, 1));
   s.add_float("model.drop_path_rate", &c.model.drop_path_rate, "stochastic depth rate of the last block",
               half_open(0, 1));

@@ -32,7 +32,7 @@ struct ModelConfig {
   bool zero_init_last = true;
   std::string fused_norm = "auto";
   bool stem_fp16 = true;
-  bool stem_s2d = false;
+  bool stem_s2d = true;
   double drop_rate = 0.0;
   double drop_path_rate = 0.0;
   std::string pretrained;

@@ -23,7 +23,7 @@ struct ResNetOptions {
   bool zero_init_last = true;              // zero the last BN gamma of each block
   FusedNorm fused_norm = FusedNorm::faster;  // batch norm (+ add + ReLU) in our kernels (models/fused_batchnorm.h)
   bool stem_fp16 = true;                   // the 7x7 stem's forward in fp16 under bf16 autocast (models/stem_conv.h)
-  bool stem_s2d = false;  // CUDA: the 7x7 stem as a 4x4 convolution over its input's space-to-depth (models/stem_s2d.h)
+  bool stem_s2d = true;    // CUDA: the 7x7 stem as a 4x4 convolution over its input's space-to-depth (models/stem_s2d.h)
   double drop_rate = 0.0;                  // dropout before fc
   double drop_path_rate = 0.0;             // stochastic depth, linear over blocks
   int64_t input_size = 224;                // for flops_per_image and data_defaults

@@ -28,9 +28,8 @@ inline int sm_count() {
 // Programmatic dependent launch (sm_90+): a kernel queued by launch_dependent may be scheduled while the kernel
 // before it on the stream is still running, which hides its launch latency behind that kernel's tail. Such a kernel
 // calls begin_dependent() before it touches memory: it returns once the previous grid has completed and its writes
-// are visible (then lets the next dependent kernel be scheduled). Plain launches below sm_90 and unless the
-// environment sets TRAINER_PDL=1 (off by default until measured on the H200); begin_dependent() returns at once in
-// a plainly launched kernel.
+// are visible (then lets the next dependent kernel be scheduled). Plain launches below sm_90 or where the
+// environment sets TRAINER_PDL=0; begin_dependent() returns at once in a plainly launched kernel.
 __device__ __forceinline__ void begin_dependent() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -41,7 +40,7 @@ __device__ __forceinline__ void begin_dependent() {
 inline bool dependent_launch_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("TRAINER_PDL");
-    if (e == nullptr || std::strcmp(e, "1") != 0) return false;
+    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
