@@ -14,7 +14,8 @@
 #   stepab (ResNet-50's default step against it without programmatic dependent launches (TRAINER_PDL=0) and/or the
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (data.decode hybrid: its GPU test, then ResNet-18 and ResNet-50 end to end from JPEGs with cpu, gpu and
-#     hybrid decode against the synthetic batch; SHARES: fixed hybrid shares too; MODELS: other models)
+#     hybrid decode and the decoded RAM cache against the synthetic batch; DECODES: a subset; SHARES: fixed hybrid
+#     shares too; MODELS: other models)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
 #     run's loss curve against the spread between seeds of off; only metrics come back, not the weights)
 # The phases of earlier issues (pipeline paths, decode choices, shards, ratios) became the suite's sections or
@@ -190,12 +191,15 @@ PY
       $T bench-data --config configs/imagenet_like.yaml --set data.decode=$dec \
         --out "$out/bench/pipeline_$dec.json" 2>&1 | grep "bench-data"
     done
+    # cpu_cached: the decoded RAM cache (the set fits); the warm-up steps are past its first epoch (16 batches)
+    cached=(--set data.decode=cpu --set data.cache=decoded --set data.cache_gb=8)
     for model in ${MODELS:-resnet18 resnet50}; do
-      b=(bench --config configs/imagenet_like.yaml --set model.name=$model --set bench.warmup_steps=10
+      b=(bench --config configs/imagenet_like.yaml --set model.name=$model --set bench.warmup_steps=20
          --set bench.steps=60)
       $T "${b[@]}" --out "$out/bench/${model}_synthetic.json" 2>&1 | grep "bench $model"
-      for dec in cpu gpu hybrid; do
-        $T "${b[@]}" --set bench.data=pipeline --set data.decode=$dec --out "$out/bench/${model}_$dec.json" 2>&1 |
+      for dec in ${DECODES:-cpu gpu hybrid cpu_cached}; do
+        if [ $dec = cpu_cached ]; then d=("${cached[@]}"); else d=(--set data.decode=$dec); fi
+        $T "${b[@]}" --set bench.data=pipeline "${d[@]}" --out "$out/bench/${model}_$dec.json" 2>&1 |
           grep "bench $model"
       done
       for share in ${SHARES:-}; do

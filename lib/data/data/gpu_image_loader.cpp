@@ -118,8 +118,11 @@ struct GpuImageLoader::Ready {
   at::cuda::CUDAEvent done;  // on the side stream after the batch's last kernel
 };
 struct GpuImageLoader::BatchTimes {
-  at::cuda::CUDAEvent started{cudaEventDefault}, decoded{cudaEventDefault}, done{cudaEventDefault};
-  int64_t by_gpu = 0;  // the images nvJPEG decoded in the span started..decoded
+  // engines: after nvJPEG's part, before the CPU threads' images are uploaded (the span nvJPEG's rate is taken over:
+  // it must not include the wait for the threads); decoded: after the uploads
+  at::cuda::CUDAEvent started{cudaEventDefault}, engines{cudaEventDefault}, decoded{cudaEventDefault},
+      done{cudaEventDefault};
+  int64_t by_gpu = 0;  // the images nvJPEG decoded in the span started..engines
 };
 #else
 struct GpuImageLoader::Ready {
@@ -318,7 +321,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);
   const auto t_decode = Clock::now();
-  Decoded d = decode(files, indices, p.epoch);
+  Decoded d = decode(files, indices, p.epoch, *times);
   if (files.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
@@ -356,9 +359,8 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
 void GpuImageLoader::collect_times() {
   while (!times_.empty() && times_.front()->done.query()) {
     const BatchTimes& t = *times_.front();
-    const double span = t.started.elapsed_time(t.decoded);
-    stats_.decode_ms += span;
-    split_.observe_gpu(t.by_gpu, span);
+    stats_.decode_ms += t.started.elapsed_time(t.decoded);
+    split_.observe_gpu(t.by_gpu, t.started.elapsed_time(t.engines));
     stats_.augment_ms += t.decoded.elapsed_time(t.done);
     ++stats_.batches;
     times_.pop_front();
@@ -428,7 +430,7 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
 }
 
 GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices,
-                                               int64_t epoch) {
+                                               int64_t epoch, BatchTimes& times) {
   const size_t B = indices.size();
   const int threads = std::max(1, opt_.workers);
   Decoded d;
@@ -485,6 +487,11 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   });
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream
+#ifdef TRAINER_WITH_NVJPEG
+    times.engines.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+#else
+    (void)times;
+#endif
   } catch (...) {
     host_part.wait();
     throw;

@@ -69,7 +69,7 @@ class GpuImageLoader : public Loader {
   FileBatch read_files(const EpochCursor& p, int64_t count) const;   // 1. read (ahead) and parse headers
   const FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
   // 2. nvJPEG, the CPU threads for what it cannot take and (hybrid) for their share of the rest
-  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, int64_t epoch);
+  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, int64_t epoch, BatchTimes& times);
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
   torch::Tensor crop_resize_normalize(const Decoded& d, int64_t epoch);         // 4. the batch tensor
   void collect_times();  // under mu_: adds the passed batches' device times to stats_
