@@ -4,7 +4,6 @@
 // path's end-of-epoch line (data/pipeline_report.h).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "data/decode_split.h"
@@ -27,11 +26,9 @@ TEST(DecodeSplit, FixedSharesTakeThatMuchOfEveryBatch) {
 
 // A host of `threads` threads decoding an image in `host_ms` each (whole waves of threads), and a GPU taking
 // latency_ms plus per_image_ms an image, both fed what the split gives them and measured as the loader measures them.
-// The consumer takes a batch every step_ms, or as fast as the pipeline makes them (the slower side's time).
 struct Sim {
   int threads;
   double host_ms, latency_ms, per_image_ms;
-  double step_ms = 0;
   double host_wall(int64_t k) const { return std::ceil(static_cast<double>(k) / threads) * host_ms; }
   double gpu_span(int64_t m) const { return latency_ms + static_cast<double>(m) * per_image_ms; }
   void steps(DecodeSplit& s, int64_t n, int count) const {
@@ -39,7 +36,6 @@ struct Sim {
       const int64_t k = s.host_count(n), m = n - k;
       s.observe_host(k, host_wall(k));
       s.observe_gpu(m, gpu_span(m));
-      s.observe_interval(std::max({step_ms, host_wall(k), gpu_span(m)}));
     }
   }
   // how far apart the two sides finish a batch of n at the split's share
@@ -72,24 +68,6 @@ TEST(DecodeSplit, AdaptedShareBalancesBothSidesAndFollowsASlowerSide) {
   EXPECT_LE(sim.imbalance(s, 256), sim.host_ms);
 }
 
-// Where training sets the pace, the CPU takes what it decodes in kHostLoad of a step, leaving nvJPEG (and the SMs)
-// the rest; the batch is never held up by it.
-TEST(DecodeSplit, AdaptedShareLeansOnTheCpuWhereTrainingSetsThePace) {
-  for (const double step : {15.0, 40.0}) {
-    SCOPED_TRACE(testing::Message() << "step " << step << " ms");
-    DecodeSplit s(-1);
-    Sim sim{14, 1.4, 2.0, 0.05};  // balance: 98 images on the CPU (9.8 ms against nvJPEG's 9.9)
-    sim.step_ms = step;
-    sim.steps(s, 256, 80);
-    const int64_t k = s.host_count(256);
-    EXPECT_GT(k, 98);  // more than the balance
-    EXPECT_LE(sim.host_wall(k), step);  // and never holding the batch up
-    EXPECT_LE(sim.gpu_span(256 - k), step);
-    EXPECT_NEAR(s.interval_ms(), step, 1e-6);
-    if (step == 40.0) EXPECT_EQ(k, static_cast<int64_t>(std::llround(DecodeSplit::kMaxShare * 256)));
-  }
-}
-
 TEST(DecodeSplit, AdaptedShareKeepsBothSidesMeasuredAndIgnoresEmptyBatches) {
   DecodeSplit s(-1);
   s.observe_host(0, 5.0);  // nothing decoded: no rate
@@ -105,10 +83,6 @@ TEST(DecodeSplit, AdaptedShareKeepsBothSidesMeasuredAndIgnoresEmptyBatches) {
   slow_host.observe_host(1, 1000.0);
   slow_host.observe_gpu(255, 1.0);
   EXPECT_EQ(slow_host.host_count(256), 1);
-  DecodeSplit pause(-1);  // an evaluation between two batches is not the step
-  pause.observe_interval(10.0);
-  pause.observe_interval(1000.0);
-  EXPECT_NEAR(pause.interval_ms(), (1 - DecodeSplit::kRateWeight) * 10.0 + DecodeSplit::kRateWeight * 20.0, 1e-9);
 }
 
 // The end-of-epoch line of the GPU decode path: the epoch's part of the counters, the hybrid share where there was

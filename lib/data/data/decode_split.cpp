@@ -24,20 +24,12 @@ int64_t DecodeSplit::host_count(int64_t n) const {
   if (n <= 0) return 0;
   auto k = static_cast<int64_t>(std::llround(share() * static_cast<double>(n)));
   if (!adaptive() || n < 2) return std::clamp<int64_t>(k, 0, n);
-  if (rate_host_ > 0 && interval_ms_ > 0)
-    k = std::max(k, static_cast<int64_t>(std::floor(kHostLoad * rate_host_ * interval_ms_)));
-  k = std::min(k, static_cast<int64_t>(std::llround(kMaxShare * static_cast<double>(n))));
   return std::clamp<int64_t>(k, 1, n - 1);
 }
 
 void DecodeSplit::observe_host(int64_t images, double wall_ms) {
   if (!adaptive() || images <= 0 || !(wall_ms > 0)) return;
   average_into(rate_host_, static_cast<double>(images) / wall_ms);
-}
-
-void DecodeSplit::observe_interval(double ms) {
-  if (!adaptive() || !(ms > 0)) return;
-  average_into(interval_ms_, interval_ms_ > 0 ? std::min(ms, 2 * interval_ms_) : ms);
 }
 
 void DecodeSplit::observe_gpu(int64_t images, double span_ms) {

@@ -1,15 +1,10 @@
 // How the hybrid decode (data.decode: hybrid) splits each batch between the CPU decode threads and nvJPEG: a fixed
 // share, or an adapted one. Adapted: each side's rate is averaged over the recent batches (exponentially, weight
 // kRateWeight for the newest) -- the host's as the images its threads decoded over the wall time that took (so
-// whatever else the cores do counts), nvJPEG's as its images over the side stream's decode span -- and so is the
-// consumer's time between batches (the training step, or the wait for data). The host takes the larger of
-//   the balance share r_host / (r_host + r_gpu): where the host's wall time for its part equals nvJPEG's span for the
-//     rest (k / r_host = m / r_gpu), the pipeline's fastest split whatever the two times' shapes (a fixed latency,
-//     whole waves of threads);
-//   what the host decodes in kHostLoad of the consumer's interval: where training sets the pace, the CPU takes as
-//     much as it can without holding the batch up, so that nvJPEG's kernels take less SM time from the step (where
-//     the pipeline sets the pace, the interval is its own batch time and this stays below the balance).
-// Each side keeps at least one image of a batch of two or more so that both rates stay measured.
+// whatever else the cores do counts), nvJPEG's as its images over its own side-stream span -- and the host takes
+// the balance share r_host / (r_host + r_gpu): where the host's wall time for its part equals nvJPEG's span for the
+// rest (k / r_host = m / r_gpu), the pipeline's fastest split whatever the two times' shapes (a fixed latency, whole
+// waves of threads). Each side keeps at least one image of a batch of two or more so that both rates stay measured.
 #pragma once
 #include <cstdint>
 
@@ -20,9 +15,6 @@ class DecodeSplit {
   static constexpr double kStartShare = 0.25;  // adapted: the host's share until both sides are measured
   static constexpr double kMaxShare = 0.95;
   static constexpr double kRateWeight = 0.2;
-  // of the consumer's interval the host's part may take: the producer thread's other work per batch (uploads, the
-  // resize launch) and the next batch's file reads on the same cores need the rest
-  static constexpr double kHostLoad = 0.7;
 
   // fixed_share in [0, 1]: that share of every batch; < 0: adapted
   explicit DecodeSplit(double fixed_share = 0);
@@ -33,16 +25,12 @@ class DecodeSplit {
   // of `span_ms`; ignored where nothing was decoded or no time measured
   void observe_host(int64_t images, double wall_ms);
   void observe_gpu(int64_t images, double span_ms);
-  // the consumer's time from one batch to the next; a sample above twice the average counts as twice the average
-  // (an evaluation or an epoch's end is not the step)
-  void observe_interval(double ms);
   double host_rate() const { return rate_host_; }  // images per ms, 0 until measured
   double gpu_rate() const { return rate_gpu_; }
-  double interval_ms() const { return interval_ms_; }
 
  private:
   double fixed_;
-  double rate_host_ = 0, rate_gpu_ = 0, interval_ms_ = 0;
+  double rate_host_ = 0, rate_gpu_ = 0;
 };
 
 }  // namespace trainer

@@ -256,11 +256,6 @@ bool GpuImageLoader::next(Batch& out) {
   std::unique_ptr<Ready> r;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto now = Clock::now();
-    if (next_seen_)
-      split_.observe_interval(std::chrono::duration<double, std::milli>(now - last_next_).count());
-    last_next_ = now;
-    next_seen_ = true;
     const int64_t batches = batches_per_epoch();
     cv_.wait(lock, [&] { return error_ || taken_ >= batches || !queue_.empty(); });
     if (error_) std::rethrow_exception(error_);
@@ -289,7 +284,6 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
         taken_ >= batches_per_epoch() && producing_.epoch == epoch) {
       current_ = producing_;
       taken_ = 0;
-      next_seen_ = false;
       cv_.notify_all();
       return;
     }
@@ -300,7 +294,6 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   ahead_->cursor = -1;
   producing_ = make_cursor(epoch, start_batch);
   current_ = producing_;
-  next_seen_ = false;
   taken_ = producing_.cursor / opt_.batch_size;
   start();
 }

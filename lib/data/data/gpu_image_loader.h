@@ -7,7 +7,6 @@
 #pragma once
 #include <torch/types.h>
 
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -96,8 +95,6 @@ class GpuImageLoader : public Loader {
   std::exception_ptr error_;
   GpuDecodeStats stats_;
   DecodeSplit split_;  // how many of a batch the CPU threads decode (opt_.host_share)
-  std::chrono::steady_clock::time_point last_next_;  // the consumer's last next() (its interval feeds split_)
-  bool next_seen_ = false;                           // since the last set_epoch
   std::deque<std::unique_ptr<BatchTimes>> times_;
 };
 
