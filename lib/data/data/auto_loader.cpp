@@ -10,7 +10,10 @@
 namespace trainer {
 
 double cpu_decode_expected_rate(const DecodeWindow& cpu) {
-  return cpu.capacity > 0 ? std::min(cpu.demand(), cpu.capacity) : cpu.demand();
+  if (cpu.capacity <= 0) return cpu.demand();
+  // never below what the window delivered: the busy-time estimate can understate threads that share the cores with
+  // training (bench/NOTES.md)
+  return std::min(cpu.demand(), std::max(cpu.capacity, cpu.rate()));
 }
 
 bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o) {

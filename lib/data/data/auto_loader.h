@@ -47,10 +47,11 @@ struct AutoDecodeOptions {
 };
 
 // The default rules. keep_cpu: waits < max_wait and capacity >= margin x demand. keep_gpu: the GPU window's
-// end-to-end rate beats what the CPU path gives, min(demand, capacity) of its window.
+// end-to-end rate beats what the CPU path gives, min(demand, max(capacity, delivered)) of its window.
 bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o);
 bool gpu_decode_is_faster(const DecodeWindow& cpu, const DecodeWindow& gpu);
-double cpu_decode_expected_rate(const DecodeWindow& cpu);  // min(demand, capacity); demand where capacity unknown
+// min(demand, max(capacity, the window's end-to-end rate)); demand where capacity is unknown
+double cpu_decode_expected_rate(const DecodeWindow& cpu);
 
 class AutoDecodeLoader : public Loader {
  public:
