@@ -118,6 +118,9 @@ TEST(Verdict, OnCraftedTimings) {
   EXPECT_NE(v[0].find("delivered 1000 img/s"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("could train 2000 img/s"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("data.workers"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("data.decode: gpu"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("data.cache: decoded"), std::string::npos) << v[0];
+  EXPECT_EQ(v[0].find("hybrid"), std::string::npos) << "measured slower than pure nvJPEG: not advised";
   t.starved_steps = 2;  // the GPU never ran dry for data: the wait was a full launch queue behind a busy GPU
   EXPECT_TRUE(bottleneck_verdicts(t).empty());
   t.starved_steps = 60;  // it ran dry before 60% of the batches came

@@ -15,10 +15,10 @@ std::vector<std::string> bottleneck_verdicts(const EpochTimings& t) {
     // the compute side could take images / (epoch - wait) per second; the pipeline delivered images / epoch
     out.push_back(strprintf(
         "input-bound: %.0f%% of the epoch waited for data; the pipeline delivered %.0f img/s, the model could "
-        "train %.0f img/s. Try more decode threads (data.workers), keep data.crop_decode and data.dct_scale on, "
-        "JPEGs packed into shards (trainer pack: restart markers, about 30%% less decode time, same pixels; "
-        "--max-side for smaller images), data.decode: gpu (or auto, which picks by measuring), or data.decode: "
-        "hybrid (the CPU threads and nvJPEG on each batch together, where neither alone keeps up).",
+        "train %.0f img/s. Try data.decode: gpu (or auto, which picks by measuring); where the decoded images "
+        "fit in RAM, data.cache: decoded with data.cache_gb (later epochs only crop and resize); more decode "
+        "threads (data.workers), data.crop_decode and data.dct_scale on, JPEGs packed into shards (trainer pack: "
+        "restart markers, about 30%% less decode time, same pixels; --max-side for smaller images).",
         100.0 * t.data_wait_s / t.wall_s, t.images / t.wall_s, t.images / compute_s));
   }
   if (t.copy_s >= 0.90 * compute_s) {
