@@ -16,6 +16,8 @@
 #   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
 #     cpu_cached: the decoded RAM cache; hybrid too if named) against the synthetic batch, WARMUP 40 + STEPS 200)
+#   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
+#     for ResNet-50's shapes, right and fast; ONLY: some shapes)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
 #     run's loss curve against the spread between seeds of off; only metrics come back, not the weights)
 # The phases of earlier issues (pipeline paths, decode choices, shards, ratios) became the suite's sections or
@@ -218,6 +220,13 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
               f" {d.get('decode_auto', '')}")
 PY
+    ;;
+  convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)
+    w=$(ls .gpu-deps/wheels/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)
+    [ -n "$w" ] || { echo "no cudnn-frontend wheel in .gpu-deps/wheels (scripts/offline/fetch-debs.sh)"; exit 1; }
+    rm -rf /tmp/cudnn_frontend && python3 -m zipfile -e "$w" /tmp/cudnn_frontend
+    PYTHONPATH=/tmp/cudnn_frontend python3 scripts/probes/conv_bn_fusion.py ${ONLY:+--only $ONLY} \
+      --json "$out/conv_bn_fusion.json" 2>&1 | tee "$out/conv_bn_fusion.txt"
     ;;
   vitequiv)
     seeds=(${SEEDS:-0 1 2})
