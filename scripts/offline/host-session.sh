@@ -15,7 +15,8 @@
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
-#     cpu_cached: the decoded RAM cache; hybrid too if named) against the synthetic batch, WARMUP 40 + STEPS 200)
+#     cpu_cached: the decoded RAM cache; hybrid too if named) against the synthetic batch, WARMUP 40 + STEPS 200;
+#     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -200,14 +201,15 @@ PY
     # WARMUP + STEPS: configs/imagenet_like.yaml's 6-batch prefetch ring, filled at start-up, must be a small part
     # of the timed steps, or a CPU path that cannot keep up looks faster than it is (bench/NOTES.md)
     b=(bench --config configs/imagenet_like.yaml --set bench.warmup_steps=${WARMUP:-40} --set bench.steps=${STEPS:-200})
+    for kv in ${EXTRA:-}; do b+=(--set "$kv"); done  # e.g. EXTRA=train.cuda_graph=true (with SUFFIX=_graph)
     for model in ${MODELS:-resnet18 resnet50}; do
-      $T "${b[@]}" --set model.name=$model --out "$out/bench/${model}_synthetic.json" 2>&1 | grep "bench $model"
+      $T "${b[@]}" --set model.name=$model --out "$out/bench/${model}${SUFFIX:-}_synthetic.json" 2>&1 | grep "bench $model"
       # cpu_cached: the decoded RAM cache (the set fits; the warm-up is past its first epoch)
       for dec in ${DECODES:-cpu auto gpu cpu_cached}; do
         if [ $dec = cpu_cached ]; then d=(--set data.decode=cpu --set data.cache=decoded --set data.cache_gb=8)
         else d=(--set data.decode=$dec); fi
         $T "${b[@]}" --set model.name=$model --set bench.data=pipeline "${d[@]}" \
-          --out "$out/bench/${model}_$dec.json" 2>&1 | grep "bench $model"
+          --out "$out/bench/${model}${SUFFIX:-}_$dec.json" 2>&1 | grep "bench $model"
       done
     done
     python3 - "$out/bench" <<'PY'
