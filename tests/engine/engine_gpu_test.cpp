@@ -228,6 +228,43 @@ TEST(Gpu, CudaGraphCapturesWhileALoaderWorks) {
   }
 }
 
+// data.decode auto: a run's checkpoint records the kind its loader settled on, and a run resumed from it with auto
+// takes that kind at once instead of deciding again (the decision depends on timing; a resumed run would otherwise
+// start on the CPU path and could settle elsewhere).
+TEST(Gpu, AutoDecodeResumesWithTheKindTheCheckpointRecords) {
+  REQUIRE_GPU();
+  if (!gpu_decode_available()) GTEST_SKIP() << "this build has no nvJPEG";
+  test::TempDir dir;
+  test::jpeg_folder(dir, 2, 12);
+  auto config = [&](const std::string& decode, int64_t epochs) {
+    return config_from_overrides({"run.device=cuda", "model.name=resnet18", "model.num_classes=2",
+                                  "model.in_chans=3", "data.source=image_folder", "data.root=" + dir.path(),
+                                  "data.train_split=set", "data.eval_split=", "data.train_crop=rrc",
+                                  "data.image_size=32", "data.batch_size=4", "data.workers=1", "data.decode=" + decode,
+                                  "train.epochs=" + std::to_string(epochs), "train.eval_interval=0",
+                                  "checkpoint.resume=auto", "run.name=decode", "run.out_dir=" + dir.file("runs")});
+  };
+  const CheckpointDir ckpts(dir.file("runs/decode/checkpoints"));
+  {
+    Trainer t(config("gpu", 1), RunContext{torch::Device(torch::kCUDA, 0)});
+    t.fit();
+  }
+  const CheckpointState first = read_checkpoint(ckpts.latest_valid());
+  ASSERT_EQ(first.extra.count("data.decode"), 1u);
+  EXPECT_EQ(first.extra.at("data.decode"), "gpu");
+
+  Trainer t(config("auto", 2), RunContext{torch::Device(torch::kCUDA, 0)});
+  EXPECT_TRUE(t.train_loader().deciding()) << "before the resume auto starts on the CPU path, undecided";
+  t.fit();
+  EXPECT_FALSE(t.train_loader().deciding());
+  EXPECT_NE(dynamic_cast<GpuImageLoader*>(&t.train_loader()), nullptr) << "the resumed run decodes on the GPU";
+  const CheckpointState second = read_checkpoint(ckpts.latest_valid());
+  EXPECT_EQ(second.epoch, 2);
+  EXPECT_EQ(second.extra.at("data.decode"), "gpu");
+  EXPECT_NE(fs::read_text(dir.file("runs/decode/train.log")).find("data.decode auto: gpu, as the run decided"),
+            std::string::npos);
+}
+
 // SyncBatchNorm's training forward and backward never wait on the GPU from the host (it read the count with
 // .item() in every layer: about 53 syncs a ResNet-50 step). CUDA's sync debug mode turns any sync into an error.
 TEST(Gpu, SyncBatchNormNeverSyncsTheHost) {

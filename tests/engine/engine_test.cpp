@@ -481,6 +481,30 @@ TEST(DecodeChoice, GpuNeedsCudaAndAutoSaysWhy) {
   EXPECT_THROW(config_from_overrides({"data.decode=nvjpeg"}), ConfigError);
 }
 
+// data.decode defaults to auto; a checkpoint records the kind the training loader decodes with (on the CPU auto is
+// the CPU path), which a run resumed with auto takes (the GPU side: engine_gpu_test's AutoDecodeResumes...).
+TEST(DecodeChoice, AutoIsTheDefaultAndTheCheckpointRecordsTheKind) {
+  EXPECT_EQ(Config{}.data.decode, "auto");
+  test::TempDir dir;
+  const std::string jpg = grey_jpeg();
+  for (const char* cls : {"a", "b"}) {
+    fs::make_dirs(dir.file(std::string("train/") + cls));
+    for (int i = 0; i < 4; ++i) test::write_file(dir.file(str_cat("train/", cls, "/", i, ".jpg")), jpg);
+  }
+  Config c = config_from_overrides({"run.device=cpu", "model.name=resnet18", "model.num_classes=2", "model.in_chans=3",
+                                    "data.source=image_folder", "data.root=" + dir.path(), "data.image_size=16",
+                                    "data.batch_size=4", "data.workers=1", "data.eval_split=", "data.train_crop=rrc",
+                                    "train.epochs=1", "train.precision=fp32", "train.eval_interval=0", "run.name=r",
+                                    "run.out_dir=" + dir.file("runs")});
+  {
+    Trainer t(c, RunContext{torch::kCPU});
+    t.fit();
+  }
+  const CheckpointState s = read_checkpoint(CheckpointDir(dir.file("runs/r/checkpoints")).latest_valid());
+  ASSERT_EQ(s.extra.count("data.decode"), 1u);
+  EXPECT_EQ(s.extra.at("data.decode"), "cpu");
+}
+
 // A bad file in the eval split is left out, not replaced by another sample: each readable image counts once and
 // the unreadable one is reported.
 TEST(Evaluation, BadFilesAreLeftOutAndCounted) {

@@ -69,7 +69,7 @@ struct DataConfig {
   int64_t synthetic_samples = 10000;
   bool on_gpu = true;
   std::string dtype = "auto";
-  std::string decode = "cpu";
+  std::string decode = "auto";
   double hybrid_share = -1;
   double cache_gb = 0.0;
   std::string cache = "encoded";

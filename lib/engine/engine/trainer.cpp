@@ -17,6 +17,7 @@
 #include "core/signals.h"
 #include "core/log.h"
 #include "data/auto_loader.h"
+#include "data/gpu_jpeg_decoder.h"
 #include "data/image_loader.h"
 #include "data/pipeline_report.h"
 #include "distributed/process_group.h"
@@ -86,10 +87,8 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
 
   // ---- data ----
   if (with_data) {
-    train_size_ = train_image_size(cfg_.data, 0);
-    Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_, train_size_);
-    train_loader_ = std::move(l.train);
-    eval_loader_ = std::move(l.eval);
+    decode_ = cfg_.data.decode;
+    build_data(train_image_size(cfg_.data, 0));
   }
 
   // ---- optimizer, scaler, schedule ----
@@ -385,6 +384,7 @@ CheckpointState Trainer::capture_state(int64_t epoch, int64_t batch) const {
   static const EnvInfo env = query_env();
   s.extra["trainer_version"] = env.trainer_version;
   s.extra["git_sha"] = env.git_sha;
+  if (const std::string d = decided_decode(); !d.empty()) s.extra["data.decode"] = d;  // resume_decode
   for (auto& kv : state_dict(*model_)) s.tensors.emplace_back("model." + kv.first, kv.second);
   for (auto& kv : optimizer_->state()) s.tensors.emplace_back("optim." + kv.first, kv.second);
   for (size_t i = 0; i < ema_.size(); ++i) s.tensors.emplace_back("ema." + ema_names_[i], ema_[i]);
@@ -692,12 +692,43 @@ void Trainer::use_train_size(int64_t epoch) {
   if (ctx_.rank == 0)
     log::info("epoch ", epoch + 1, ": training at ", size, " px (progressive resizing, from ", train_size_,
               "; evaluation at ", cfg_.data.image_size, ")");
+  if (decode_ == "auto" && !decided_decode().empty()) decode_ = decided_decode();
+  build_data(size);
+}
+
+void Trainer::build_data(int64_t size) {
   eval_loader_.reset();  // first: with data.decode auto it follows the training loader
   train_loader_.reset();
-  Loaders l = build_loaders(cfg_, model_->data_defaults(), ctx_, size);
+  Config c = cfg_;
+  c.data.decode = decode_;
+  Loaders l = build_loaders(c, model_->data_defaults(), ctx_, size);
   train_loader_ = std::move(l.train);
   eval_loader_ = std::move(l.eval);
   train_size_ = size;
+}
+
+std::string Trainer::decided_decode() const {
+  if (!train_loader_ || train_loader_->deciding()) return {};
+  switch (train_loader_->pipeline_stats().decode) {
+    case DecodeKind::cpu: return "cpu";
+    case DecodeKind::gpu: return "gpu";
+    default: return {};
+  }
+}
+
+void Trainer::resume_decode(const CheckpointState& s) {
+  const auto it = s.extra.find("data.decode");
+  // on the CPU auto is the CPU path, nothing to carry over
+  if (decode_ != "auto" || !train_loader_ || !ctx_.device.is_cuda() || it == s.extra.end()) return;
+  const std::string& kind = it->second;
+  if (kind != "cpu" && kind != "gpu") return;
+  if (kind == "gpu" && !gpu_decode_available()) {  // resumed with a build that cannot
+    log::info("data.decode auto: the checkpoint's run decoded on the GPU, which this run cannot; deciding again");
+    return;
+  }
+  decode_ = kind;
+  build_data(train_size_);
+  log::info("data.decode auto: ", kind, ", as the run decided before its checkpoint");
 }
 
 // model.safetensors (and model_ema.safetensors) in the run folder
@@ -732,6 +763,7 @@ FitResult Trainer::fit_epochs() {
   run_dir_ = std::make_unique<RunDir>(cfg_, ctx_.writer(), start);
   if (!from.empty()) {
     restore_state(resumed);
+    resume_decode(resumed);
     log::info("resumed from ", from, " at epoch ", resumed.epoch + 1, ", batch ", resumed.batch, ", step ", step_);
   }
   if (start != RunDir::Start::fresh) run_dir_->supersede_after(step_);

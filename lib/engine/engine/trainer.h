@@ -95,6 +95,12 @@ class Trainer {
                     const std::string& eval_text);
   // Progressive resizing: new loaders where the epoch's training side (train_image_size) differs from the last.
   void use_train_size(int64_t epoch);
+  // data.decode auto: the kind the training loader settled on ("cpu", "gpu"; "" while undecided or without data)
+  std::string decided_decode() const;
+  // (re)builds both loaders at `size` px with decode_ (evaluation's first: under auto it follows training's)
+  void build_data(int64_t size);
+  // a resumed run with data.decode auto takes the kind its checkpoint records instead of deciding again
+  void resume_decode(const CheckpointState& s);
   void save_final_weights();
   // Queues the state for the background writer (written while training goes on); settle_checkpoint() waits for
   // it and reports a failed write (checkpoint.stop_on_error: throw, else warn).
@@ -117,6 +123,7 @@ class Trainer {
   std::unique_ptr<Loader> train_loader_, eval_loader_;
   GpuDecodeStats decode_at_epoch_;  // the training loader's GPU decode counters at the epoch's start
   int64_t train_size_ = 0;  // the training batches' side
+  std::string decode_;      // data.decode for the loaders built next: the config's, or what auto settled on
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;  // data parallel: overlapped, bucketed gradient averaging
   std::unique_ptr<GradScaler> scaler_;
