@@ -219,8 +219,11 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
     base = json.load(open(syn))["img_per_s"]
     for f in sorted(glob.glob(os.path.join(sys.argv[1], model + "_*.json"))):
         d = json.load(open(f))
+        g = d.get("gpu_decode_timed", {})
+        side = f", loader side stream {g['decode_stream_ms_per_batch']:.1f} ms a batch" if g else ""
+        wait = f", waited {100 * d['data_wait_fraction']:.1f}%" if "data_wait_fraction" in d else ""
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
-              f" {d.get('decode_auto', '')}")
+              f"{wait}{side} {d.get('decode_auto', '')}")
 PY
     ;;
   convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)

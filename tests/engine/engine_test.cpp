@@ -835,6 +835,10 @@ TEST(Observability, BenchJsonSchema) {
   const auto jp = nlohmann::json::parse(fs::read_text(dir.file("p.json")));
   EXPECT_EQ(jp["workload"]["data"].get<std::string>().rfind("pipeline: synthetic", 0), 0u) << jp.dump();
   EXPECT_GT(jp["img_per_s"].get<double>(), 0.0);
+  ASSERT_TRUE(jp.contains("data_wait_fraction")) << jp.dump();
+  EXPECT_GE(jp["data_wait_fraction"].get<double>(), 0.0);
+  EXPECT_LT(jp["data_wait_fraction"].get<double>(), 1.0);
+  EXPECT_FALSE(jp.contains("gpu_decode_timed")) << "no GPU decode here";
 }
 
 }  // namespace

@@ -58,10 +58,13 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   }
   // pipeline: batches from the configured loader, epoch after epoch; the wait for them is part of the step
   int64_t epoch = 0;
+  double wait_s = 0;  // host time blocked on the loader
   if (pipeline) t.train_loader().set_epoch(epoch);
   auto next_batch = [&]() -> const Batch& {
     if (!pipeline) return batch;
+    const auto t_wait = std::chrono::steady_clock::now();
     while (!t.train_loader().next(batch)) t.train_loader().set_epoch(++epoch);
+    wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
     return batch;
   };
 
@@ -74,6 +77,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   while (pipeline && t.train_loader().deciding()) run_steps(1);
   synchronize(ctx.device);
   reset_peak_memory(ctx.device);
+  const PipelineStats before = pipeline ? t.train_loader().pipeline_stats() : PipelineStats{};
+  wait_s = 0;
   const auto t0 = std::chrono::steady_clock::now();
   run_steps(cfg.bench.steps);
   synchronize(ctx.device);
@@ -112,6 +117,13 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
+    j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
+    const int64_t batches = ps.gpu.batches - before.gpu.batches;
+    if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && batches > 0)  // the loader's GPU time
+      j["gpu_decode_timed"] = {{"batches", batches},
+                               {"decode_stream_ms_per_batch", (ps.gpu.decode_ms - before.gpu.decode_ms) / batches},
+                               {"augment_stream_ms_per_batch", (ps.gpu.augment_ms - before.gpu.augment_ms) / batches},
+                               {"step_ms", 1000.0 * sec / cfg.bench.steps}};
   }
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
