@@ -15,7 +15,8 @@
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
-#     cpu_cached: the decoded RAM cache; hybrid too if named) against the synthetic batch, WARMUP 40 + STEPS 200;
+#     cpu_cached: the decoded RAM cache; hybrid, shards_cpu, shards_auto, ... too if named: shards_X is the training
+#     split packed by `trainer pack`, decoded by X) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
@@ -204,10 +205,17 @@ PY
     for kv in ${EXTRA:-}; do b+=(--set "$kv"); done  # e.g. EXTRA=train.cuda_graph=true (with SUFFIX=_graph)
     for model in ${MODELS:-resnet18 resnet50}; do
       $T "${b[@]}" --set model.name=$model --out "$out/bench/${model}${SUFFIX:-}_synthetic.json" 2>&1 | grep "bench $model"
-      # cpu_cached: the decoded RAM cache (the set fits; the warm-up is past its first epoch)
       for dec in ${DECODES:-cpu auto gpu cpu_cached}; do
-        if [ $dec = cpu_cached ]; then d=(--set data.decode=cpu --set data.cache=decoded --set data.cache_gb=8)
-        else d=(--set data.decode=$dec); fi
+        case $dec in
+          cpu_cached)  # the decoded RAM cache (the set fits; the warm-up is past its first epoch)
+            d=(--set data.decode=cpu --set data.cache=decoded --set data.cache_gb=8) ;;
+          shards_*)  # the training split packed by `trainer pack` (lossless, restart markers), decoded by ${dec#shards_}
+            [ -d data/imagenet_like_shards/train ] ||
+              $T pack --src data/imagenet_like/train --out data/imagenet_like_shards/train > "$out/pack.log" 2>&1
+            d=(--set data.source=shards --set data.root=data/imagenet_like_shards --set data.eval_split=
+               --set data.decode=${dec#shards_}) ;;
+          *) d=(--set data.decode=$dec) ;;
+        esac
         $T "${b[@]}" --set model.name=$model --set bench.data=pipeline "${d[@]}" \
           --out "$out/bench/${model}${SUFFIX:-}_$dec.json" 2>&1 | grep "bench $model"
       done
