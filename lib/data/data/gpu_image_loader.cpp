@@ -123,13 +123,16 @@ struct GpuImageLoader::BatchTimes {
   at::cuda::CUDAEvent started{cudaEventDefault}, engines{cudaEventDefault}, decoded{cudaEventDefault},
       done{cudaEventDefault};
   int64_t by_gpu = 0;  // the images nvJPEG decoded in the span started..engines
+  void engines_done() { engines.record(c10::cuda::getCurrentCUDAStream()); }
 };
 #else
 struct GpuImageLoader::Ready {
   int64_t epoch = 0;
   Batch batch;
 };
-struct GpuImageLoader::BatchTimes {};
+struct GpuImageLoader::BatchTimes {
+  void engines_done() {}
+};
 #endif
 
 GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
@@ -480,11 +483,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   });
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream
-#ifdef TRAINER_WITH_NVJPEG
-    times.engines.record(c10::cuda::getCurrentCUDAStream(device_.index()));
-#else
-    (void)times;
-#endif
+    times.engines_done();
   } catch (...) {
     host_part.wait();
     throw;

@@ -692,7 +692,7 @@ void Trainer::use_train_size(int64_t epoch) {
   if (ctx_.rank == 0)
     log::info("epoch ", epoch + 1, ": training at ", size, " px (progressive resizing, from ", train_size_,
               "; evaluation at ", cfg_.data.image_size, ")");
-  if (decode_ == "auto" && !decided_decode().empty()) decode_ = decided_decode();
+  if (const std::string d = decided_decode(); decode_ == "auto" && !d.empty()) decode_ = d;  // keep the decision
   build_data(size);
 }
 
