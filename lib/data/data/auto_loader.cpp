@@ -10,10 +10,10 @@
 namespace trainer {
 
 double cpu_decode_expected_rate(const DecodeWindow& cpu) {
-  if (cpu.capacity <= 0) return cpu.demand();
-  // never below what the window delivered: the busy-time estimate can understate threads that share the cores with
-  // training (bench/NOTES.md)
-  return std::min(cpu.demand(), std::max(cpu.capacity, cpu.rate()));
+  // what the threads made, not what the window handed out (the ring filled before it can cover part of it) nor
+  // their busy-time rate (it understates threads that share the cores with training): bench/NOTES.md
+  const double sustained = cpu.produced > 0 ? cpu.produced : cpu.capacity;
+  return sustained > 0 ? std::min(cpu.demand(), sustained) : cpu.demand();
 }
 
 bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o) {
@@ -119,18 +119,23 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
         batches_in_state_ = 0;
         cpu_window_ = DecodeWindow{};
         if (!cpu_totals(samples0_, busy_ns0_)) samples0_ = busy_ns0_ = -1;
+        window0_ = Clock::now();
       }
       return;
     case State::cpu_window: {
       if (!add(cpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
       int64_t samples1 = 0, busy1 = 0;
-      if (samples0_ >= 0 && cpu_totals(samples1, busy1) && busy1 > busy_ns0_)
+      if (samples0_ >= 0 && cpu_totals(samples1, busy1) && busy1 > busy_ns0_) {
         cpu_window_.capacity = (samples1 - samples0_) / ((busy1 - busy_ns0_) * 1e-9 / workers_);
+        cpu_window_.produced =
+            (samples1 - samples0_) / std::max(std::chrono::duration<double>(Clock::now() - window0_).count(), 1e-9);
+      }
       const DecodeWindow& w = cpu_window_;
       const std::string cpu_text =
           strprintf("over %d batches training took %.0f img/s and waited for data %.1f%% of the time; ",
                     opt_.window_batches, w.demand(), 100 * w.wait_fraction()) +
-          (w.capacity > 0 ? strprintf("the %d decode threads could make %.0f img/s", workers_, w.capacity)
+          (w.capacity > 0 ? strprintf("the %d decode threads made %.0f img/s and could make %.0f", workers_,
+                                      w.produced, w.capacity)
                           : std::string("the decode threads' rate is not known"));
       if (opt_.keep_cpu(w, opt_)) {
         decide(false, "data.decode auto: cpu (" + cpu_text + ")");

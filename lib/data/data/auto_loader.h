@@ -4,8 +4,9 @@
 //
 // It starts on the CPU loader. After a few warm-up batches it watches a window of batches from the consumer's
 // side: the time between next() calls (training: the host runs ahead of the GPU until the launch queue throttles
-// it, so in steady state that is the GPU's step) and the time blocked in next() (waiting for data), and from the
-// decode threads' busy time what they could make. The CPU path stays when it waits almost never and its threads
+// it, so in steady state that is the GPU's step) and the time blocked in next() (waiting for data), from the decode
+// threads' busy time what they could make, and what they made over the window's wall time (the batches it hands
+// out may come from the prefetch ring, filled before it: not what the path sustains). The CPU path stays when it waits almost never and its threads
 // could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
 // give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
 // measured end-to-end rate beats what the CPU path would give; else the CPU path comes back (as it does when the
@@ -30,6 +31,7 @@ struct DecodeWindow {
   double work_s = 0;      // consumer time between next() calls: training
   double wait_s = 0;      // consumer time blocked in next(): waiting for data
   double capacity = 0;    // img/s the decode threads could make at their busy-time rate (CPU path); 0 if unknown
+  double produced = 0;    // img/s the decode threads made over the window's wall time (CPU path); 0 if unknown
   double rate() const { return images / std::max(work_s + wait_s, 1e-9); }  // end to end, img/s
   double demand() const { return images / std::max(work_s, 1e-9); }        // what training takes, img/s
   double wait_fraction() const { return wait_s / std::max(work_s + wait_s, 1e-9); }
@@ -47,10 +49,11 @@ struct AutoDecodeOptions {
 };
 
 // The default rules. keep_cpu: waits < max_wait and capacity >= margin x demand. keep_gpu: the GPU window's
-// end-to-end rate beats what the CPU path gives, min(demand, max(capacity, delivered)) of its window.
+// end-to-end rate beats what the CPU path gives, min(demand, produced) of its window.
 bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o);
 bool gpu_decode_is_faster(const DecodeWindow& cpu, const DecodeWindow& gpu);
-// min(demand, max(capacity, the window's end-to-end rate)); demand where capacity is unknown
+// min(demand, what the threads made over the window), the busy-time capacity where that is unknown, demand where
+// both are
 double cpu_decode_expected_rate(const DecodeWindow& cpu);
 
 class AutoDecodeLoader : public Loader {
@@ -111,6 +114,7 @@ class AutoDecodeLoader : public Loader {
   int batches_in_state_ = 0;
   DecodeWindow cpu_window_, gpu_window_;
   int64_t samples0_ = 0, busy_ns0_ = 0;  // the CPU loader's stage totals at the CPU window's start
+  Clock::time_point window0_;            // and when it started
   std::string why_, cpu_text_;  // the decision; what the CPU window saw
   // where the consumer is (the other kind starts there)
   int64_t epoch_ = 0, batch_ = 0;
