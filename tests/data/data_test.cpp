@@ -846,7 +846,7 @@ TEST_F(Folder, EvalEqualsTorchvisionsResizeThenCentreCrop) {
 
 // data.decode auto. The rules on figures: the CPU path stays when it waits under 2% and its threads could make
 // 10% more than training takes; the GPU path stays when its end-to-end rate beats what the CPU path gives:
-// min(demand, what its threads made over the window), their busy-time capacity where that is unknown.
+// min(demand, the larger of what its threads made over the window and their busy-time capacity).
 TEST(AutoDecode, RulesKeepTheCpuPathOnlyWhenItKeepsUp) {
   AutoDecodeOptions o;
   DecodeWindow cpu;
@@ -885,8 +885,11 @@ TEST(AutoDecode, RulesKeepTheCpuPathOnlyWhenItKeepsUp) {
   // nor what the window handed out from the ring filled before it (run87: 8,137 img/s handed out at a 6.2% wait,
   // 6,079 from the busy time; the CPU path then trained at 78% of GPU decode's speed)
   cpu.produced = 1900;
+  cpu.capacity = 1850;
   EXPECT_DOUBLE_EQ(cpu_decode_expected_rate(cpu), 1900);
   EXPECT_TRUE(gpu_decode_is_faster(cpu, gpu));
+  cpu.produced = 1500;  // made less than they could (the ring was full for part of the window): the capacity counts
+  EXPECT_DOUBLE_EQ(cpu_decode_expected_rate(cpu), 1850);
   cpu.produced = 4000;  // and never above training's rate
   EXPECT_DOUBLE_EQ(cpu_decode_expected_rate(cpu), 2560);
   cpu.produced = 0;
@@ -974,6 +977,46 @@ TEST_F(Folder, AutoDecodeSwitchesMidEpochAndKeepsEveryBatch) {
     EXPECT_EQ(gpu_follower, outcome == 1 ? 1 : 0) << tag;
     EXPECT_TRUE(torch::equal(fb.images, want[0].images)) << tag;
   }
+}
+
+// Given a wait for the device, each window is timed from one wait to the next (the steps of the batches handed out
+// in it, the device's queued work included): the opening batch and all but the last count as trained in it, and
+// its end-to-end rate is taken from that time; a window across an epoch's end keeps the host-time figures.
+TEST_F(Folder, AutoDecodeTimesEachWindowBetweenWaitsForTheDevice) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));  // 5 batches of 4 per epoch
+  const ImageLoaderOptions o = options(2);
+  int syncs = 0;
+  AutoDecodeOptions ao;
+  ao.warm_batches = 1;      // the CPU window opens at epoch 0 batch 0 and takes batches 1-3
+  ao.window_batches = 3;
+  ao.gpu_warm_batches = 1;  // the GPU window opens at batch 4 and crosses into epoch 1
+  ao.keep_cpu = [](const DecodeWindow&, const AutoDecodeOptions&) { return false; };
+  ao.keep_gpu = [](const DecodeWindow&, const DecodeWindow&) { return false; };
+  ao.sync = [&syncs] {  // stands for a device that still has 20 ms of queued steps
+    ++syncs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  AutoDecodeLoader l(cpu_loaders(list.samples, o), cpu_loaders(list.samples, o), /*workers=*/2, ao);
+  for (int64_t e = 0; e < 2; ++e) {
+    l.set_epoch(e);
+    Batch b;
+    while (l.next(b)) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the host's side of a step
+  }
+  ASSERT_TRUE(l.decided());
+  EXPECT_EQ(syncs, 3) << "the CPU window's two edges and the GPU window's opening; its end, past an epoch's end, "
+                         "needs none";
+  const DecodeWindow& cpu = l.cpu_window();
+  EXPECT_EQ(cpu.images, 12);
+  EXPECT_EQ(cpu.synced_images, 12) << "batches 0, 1 and 2 trained between the two waits";
+  EXPECT_GE(cpu.synced_s, 0.020 + 3 * 0.005) << "the closing wait and three steps' host time";
+  EXPECT_DOUBLE_EQ(cpu.rate(), cpu.synced_images / cpu.synced_s);
+  EXPECT_LT(cpu.rate(), cpu.images / (cpu.work_s + cpu.wait_s)) << "the queued device work counts";
+  const DecodeWindow& gpu = l.gpu_window();
+  EXPECT_EQ(gpu.images, 12);
+  EXPECT_EQ(gpu.synced_s, 0);
+  EXPECT_EQ(gpu.synced_images, 0);
+  EXPECT_DOUBLE_EQ(gpu.rate(), gpu.images / (gpu.work_s + gpu.wait_s));
 }
 
 // A GPU path that cannot start, or fails on trial, hands back to the CPU path: every batch still comes, in order.

@@ -10,9 +10,9 @@
 namespace trainer {
 
 double cpu_decode_expected_rate(const DecodeWindow& cpu) {
-  // what the threads made, not what the window handed out (the ring filled before it can cover part of it) nor
-  // their busy-time rate (it understates threads that share the cores with training): bench/NOTES.md
-  const double sustained = cpu.produced > 0 ? cpu.produced : cpu.capacity;
+  // what the threads made, not what the window handed out (the ring filled before it can cover part of it):
+  // bench/NOTES.md
+  const double sustained = std::max(cpu.produced, cpu.capacity);
   return sustained > 0 ? std::min(cpu.demand(), sustained) : cpu.demand();
 }
 
@@ -104,9 +104,31 @@ bool AutoDecodeLoader::cpu_totals(int64_t& samples, int64_t& busy_ns) {
   return true;
 }
 
+void AutoDecodeLoader::open_window(DecodeWindow& w, const Batch& b) {
+  w = DecodeWindow{};
+  if (opt_.sync) opt_.sync();
+  window0_ = Clock::now();
+  crossed_ = false;
+  w.synced_images = b.labels.size(0);
+}
+
+void AutoDecodeLoader::close_window(DecodeWindow& w) {
+  if (!opt_.sync || crossed_) {
+    w.synced_images = 0;
+    return;
+  }
+  opt_.sync();
+  w.synced_s = std::chrono::duration<double>(Clock::now() - window0_).count();
+}
+
 void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::time_point ret) {
+  // a window's batch: counted with the training time before it, and (but the last) as trained before its end
   auto add = [&](DecodeWindow& w) {
-    if (!have_last_) return false;  // the first batch of an epoch: no training time before it
+    if (!have_last_) {  // the first batch of an epoch: no training time before it
+      crossed_ = true;
+      return false;
+    }
+    if (batches_in_state_ + 1 < opt_.window_batches) w.synced_images += b.labels.size(0);
     w.images += b.labels.size(0);
     w.work_s += std::chrono::duration<double>(call - last_return_).count();
     w.wait_s += std::chrono::duration<double>(ret - call).count();
@@ -117,13 +139,13 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
       if (++batches_in_state_ >= opt_.warm_batches) {
         state_ = State::cpu_window;
         batches_in_state_ = 0;
-        cpu_window_ = DecodeWindow{};
+        open_window(cpu_window_, b);
         if (!cpu_totals(samples0_, busy_ns0_)) samples0_ = busy_ns0_ = -1;
-        window0_ = Clock::now();
       }
       return;
     case State::cpu_window: {
       if (!add(cpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
+      close_window(cpu_window_);
       int64_t samples1 = 0, busy1 = 0;
       if (samples0_ >= 0 && cpu_totals(samples1, busy1) && busy1 > busy_ns0_) {
         cpu_window_.capacity = (samples1 - samples0_) / ((busy1 - busy_ns0_) * 1e-9 / workers_);
@@ -132,8 +154,8 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
       }
       const DecodeWindow& w = cpu_window_;
       const std::string cpu_text =
-          strprintf("over %d batches training took %.0f img/s and waited for data %.1f%% of the time; ",
-                    opt_.window_batches, w.demand(), 100 * w.wait_fraction()) +
+          strprintf("over %d batches training took %.0f img/s, %.0f end to end, and waited for data %.1f%% of the "
+                    "time; ", opt_.window_batches, w.demand(), w.rate(), 100 * w.wait_fraction()) +
           (w.capacity > 0 ? strprintf("the %d decode threads made %.0f img/s and could make %.0f", workers_,
                                       w.produced, w.capacity)
                           : std::string("the decode threads' rate is not known"));
@@ -157,11 +179,12 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
       if (++batches_in_state_ >= opt_.gpu_warm_batches) {
         state_ = State::gpu_window;
         batches_in_state_ = 0;
-        gpu_window_ = DecodeWindow{};
+        open_window(gpu_window_, b);
       }
       return;
     case State::gpu_window: {
       if (!add(gpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
+      close_window(gpu_window_);
       const double expected = cpu_decode_expected_rate(cpu_window_);
       const bool gpu = opt_.keep_gpu(cpu_window_, gpu_window_);
       const std::string text = strprintf("%s: GPU decode gave %.0f img/s end to end over %d batches (data wait %.1f%%), "

@@ -6,7 +6,10 @@
 // side: the time between next() calls (training: the host runs ahead of the GPU until the launch queue throttles
 // it, so in steady state that is the GPU's step) and the time blocked in next() (waiting for data), from the decode
 // threads' busy time what they could make, and what they made over the window's wall time (the batches it hands
-// out may come from the prefetch ring, filled before it: not what the path sustains). The CPU path stays when it waits almost never and its threads
+// out may come from the prefetch ring, filled before it: not what the path sustains). Where it is given a way to
+// wait for the device (the trainer's), each window starts and ends with the device idle, so that its end-to-end
+// rate is what the GPU took for its batches' steps, not the host's run-ahead (which hides what GPU decode takes
+// from the step). The CPU path stays when it waits almost never and its threads
 // could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
 // give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
 // measured end-to-end rate beats what the CPU path would give; else the CPU path comes back (as it does when the
@@ -32,28 +35,36 @@ struct DecodeWindow {
   double wait_s = 0;      // consumer time blocked in next(): waiting for data
   double capacity = 0;    // img/s the decode threads could make at their busy-time rate (CPU path); 0 if unknown
   double produced = 0;    // img/s the decode threads made over the window's wall time (CPU path); 0 if unknown
-  double rate() const { return images / std::max(work_s + wait_s, 1e-9); }  // end to end, img/s
+  // the window between two waits for the device: the images whose steps ran in it and its time; 0 = not measured
+  // (no wait given, or the window crossed an epoch's end, whose gap is not training)
+  int64_t synced_images = 0;
+  double synced_s = 0;
+  double rate() const {  // end to end, img/s
+    return synced_s > 0 ? synced_images / synced_s : images / std::max(work_s + wait_s, 1e-9);
+  }
   double demand() const { return images / std::max(work_s, 1e-9); }        // what training takes, img/s
   double wait_fraction() const { return wait_s / std::max(work_s + wait_s, 1e-9); }
 };
 
 struct AutoDecodeOptions {
-  int warm_batches = 8;      // before the CPU window: the first steps (autotuning, a full ring) say nothing
+  int warm_batches = 16;     // before the CPU window: the first steps (autotuning, a full ring) say nothing
   int window_batches = 12;   // batches per measurement window
   int gpu_warm_batches = 4;  // after switching, before the GPU window (its ring starts empty)
   double max_wait = 0.02;    // the CPU path keeps up: waits under this fraction of the window ...
   double margin = 1.1;       // ... and its threads could make this much more than training takes
+  std::function<void()> sync;  // waits for the device's queued work (the windows' edges); unset: host time only
   // the rules (tests replace them): keep the CPU path after its window; keep the GPU path after both windows
   std::function<bool(const DecodeWindow& cpu, const AutoDecodeOptions&)> keep_cpu;
   std::function<bool(const DecodeWindow& cpu, const DecodeWindow& gpu)> keep_gpu;
 };
 
 // The default rules. keep_cpu: waits < max_wait and capacity >= margin x demand. keep_gpu: the GPU window's
-// end-to-end rate beats what the CPU path gives, min(demand, produced) of its window.
+// end-to-end rate beats what the CPU path gives, min(demand, max(produced, capacity)) of its window.
 bool cpu_decode_keeps_up(const DecodeWindow& cpu, const AutoDecodeOptions& o);
 bool gpu_decode_is_faster(const DecodeWindow& cpu, const DecodeWindow& gpu);
-// min(demand, what the threads made over the window), the busy-time capacity where that is unknown, demand where
-// both are
+// min(demand, the larger of what the threads made over the window and their busy-time capacity: both understate
+// them, the first where the ring was full for part of the window, the second where they share the cores); demand
+// where neither is known
 double cpu_decode_expected_rate(const DecodeWindow& cpu);
 
 class AutoDecodeLoader : public Loader {
@@ -98,6 +109,8 @@ class AutoDecodeLoader : public Loader {
   using Clock = std::chrono::steady_clock;
   void switch_to(bool gpu);  // the other kind takes over at the current position
   void measured(const Batch& b, Clock::time_point call, Clock::time_point ret);
+  void open_window(DecodeWindow& w, const Batch& b);  // b, about to be returned, trains in the window
+  void close_window(DecodeWindow& w);
   bool cpu_totals(int64_t& samples, int64_t& busy_ns);  // the CPU loader's stage totals; false if it has none
   void decide(bool gpu, std::string why);
   void retire(std::unique_ptr<Loader>& l);  // destroys a loader, keeping its counts
@@ -114,7 +127,8 @@ class AutoDecodeLoader : public Loader {
   int batches_in_state_ = 0;
   DecodeWindow cpu_window_, gpu_window_;
   int64_t samples0_ = 0, busy_ns0_ = 0;  // the CPU loader's stage totals at the CPU window's start
-  Clock::time_point window0_;            // and when it started
+  Clock::time_point window0_;            // when the window started (after the wait for the device)
+  bool crossed_ = false;                 // the window crossed an epoch's end
   std::string why_, cpu_text_;  // the decision; what the CPU window saw
   // where the consumer is (the other kind starts there)
   int64_t epoch_ = 0, batch_ = 0;

@@ -123,7 +123,9 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
       return std::make_unique<GpuImageLoader>(*list, o, device);
     };
     if (follow) return std::make_unique<AutoDecodeLoader>(cpu, gpu, follow);
-    return std::make_unique<AutoDecodeLoader>(cpu, gpu, o.workers);
+    AutoDecodeOptions ao;  // each window's time from an idle device to an idle device: what its steps took
+    ao.sync = [device] { torch::cuda::synchronize(device.index()); };
+    return std::make_unique<AutoDecodeLoader>(cpu, gpu, o.workers, std::move(ao));
   }
   return std::make_unique<ImageLoader>(std::move(samples), o, device);
 }
