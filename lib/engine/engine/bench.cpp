@@ -42,6 +42,30 @@ static std::string decode_name(const PipelineStats& s) {
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
 }
 
+// the GPU loader's counters between two readings: the batches and the times over them
+static GpuDecodeStats since(const GpuDecodeStats& now, const GpuDecodeStats& before) {
+  GpuDecodeStats d;
+  d.batches = now.batches - before.batches;
+  d.decode_ms = now.decode_ms - before.decode_ms;
+  d.augment_ms = now.augment_ms - before.augment_ms;
+  d.host_batches = now.host_batches - before.host_batches;
+  d.host_read_wait_ms = now.host_read_wait_ms - before.host_read_wait_ms;
+  d.host_decode_ms = now.host_decode_ms - before.host_decode_ms;
+  d.host_augment_ms = now.host_augment_ms - before.host_augment_ms;
+  return d;
+}
+
+// the side stream's time and the producer thread's host time per stage, per batch
+static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
+  const double per = std::max<int64_t>(st.batches, 1), host = std::max<int64_t>(st.host_batches, 1);
+  return {{"decode_stream_ms_per_batch", st.decode_ms / per},
+          {"augment_stream_ms_per_batch", st.augment_ms / per},
+          {"producer_host_ms_per_batch",
+           {{"wait_for_files", st.host_read_wait_ms / host},
+            {"parse_and_submit_decode", st.host_decode_ms / host},
+            {"launch_crop_resize_normalise", st.host_augment_ms / host}}}};
+}
+
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   const bool pipeline = cfg.bench.data == "pipeline";
   Trainer t(cfg, ctx, /*with_data=*/pipeline);
@@ -118,11 +142,11 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
-    const int64_t batches = ps.gpu.batches - before.gpu.batches;
-    if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && batches > 0)  // the loader's GPU time
-      j["gpu_decode_timed"] = {{"batches", batches},
-                               {"decode_stream_ms_per_batch", (ps.gpu.decode_ms - before.gpu.decode_ms) / batches},
-                               {"augment_stream_ms_per_batch", (ps.gpu.augment_ms - before.gpu.augment_ms) / batches}};
+    const GpuDecodeStats timed = since(ps.gpu, before.gpu);
+    if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && timed.batches > 0) {  // the loader's time
+      j["gpu_decode_timed"] = gpu_decode_times(timed);
+      j["gpu_decode_timed"]["batches"] = timed.batches;
+    }
   }
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
@@ -235,20 +259,14 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
   if (gpu) {
     const GpuDecodeStats& st = stats.gpu;
-    const double per = std::max<int64_t>(st.batches, 1);
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
                        {"nvjpeg_crop_window_only", st.gpu_cropped},
                        {"cpu_fallback", st.cpu_fallback},
                        {"cpu_hybrid", st.cpu_hybrid},
                        {"host_share_now", st.host_share},
                        {"batched_crop_resize_kernel", gpu_crop_resize_kernel_available()},
-                       {"timed_batches", st.batches},
-                       {"decode_stream_ms_per_batch", st.decode_ms / per},
-                       {"augment_stream_ms_per_batch", st.augment_ms / per},
-                       {"producer_host_ms_per_batch",
-                        {{"wait_for_files", st.host_read_wait_ms / std::max<int64_t>(st.host_batches, 1)},
-                         {"parse_and_submit_decode", st.host_decode_ms / std::max<int64_t>(st.host_batches, 1)},
-                         {"launch_crop_resize_normalise", st.host_augment_ms / std::max<int64_t>(st.host_batches, 1)}}}};
+                       {"timed_batches", st.batches}};
+    j["gpu_decode"].update(gpu_decode_times(st));
   }
   j["env"] = {{"gpu", env.gpus.empty() ? "none" : env.gpus[0].name}, {"cpu_threads", std::thread::hardware_concurrency()},
               {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
