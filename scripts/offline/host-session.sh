@@ -228,7 +228,10 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
     for f in sorted(glob.glob(os.path.join(sys.argv[1], model + "_*.json"))):
         d = json.load(open(f))
         g = d.get("gpu_decode_timed", {})
-        side = f", loader side stream {g['decode_stream_ms_per_batch']:.1f} ms a batch" if g else ""
+        h = g.get("producer_host_ms_per_batch", {})
+        side = (f", loader side stream {g['decode_stream_ms_per_batch']:.1f} ms a batch" if g else "") + (
+            f" (host: files {h['wait_for_files']:.1f}, parse + submit {h['parse_and_submit_decode']:.1f}, "
+            f"launches {h['launch_crop_resize_normalise']:.1f})" if h else "")
         wait = f", waited {100 * d['data_wait_fraction']:.1f}%" if "data_wait_fraction" in d else ""
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
               f"{wait}{side} {d.get('decode_auto', '')}")
