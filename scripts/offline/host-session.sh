@@ -230,8 +230,10 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
         g = d.get("gpu_decode_timed", {})
         h = g.get("producer_host_ms_per_batch", {})
         side = (f", loader side stream {g['decode_stream_ms_per_batch']:.1f} ms a batch" if g else "") + (
-            f" (host: files {h['wait_for_files']:.1f}, parse + submit {h['parse_and_submit_decode']:.1f}, "
-            f"launches {h['launch_crop_resize_normalise']:.1f})" if h else "")
+            f" (host: files {h['wait_for_files']:.1f}, decode {h['parse_and_submit_decode']:.1f} = nvJPEG call "
+            f"{h.get('of_which_nvjpeg_call', 0):.1f} + CPU part after it {h.get('of_which_cpu_part_after_the_call', 0):.1f}"
+            f" + uploads {h.get('of_which_upload_cpu_decoded', 0):.1f}, launches {h['launch_crop_resize_normalise']:.1f})"
+            if h else "")
         wait = f", waited {100 * d['data_wait_fraction']:.1f}%" if "data_wait_fraction" in d else ""
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
               f"{wait}{side} {d.get('decode_auto', '')}")

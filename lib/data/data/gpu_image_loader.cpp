@@ -109,6 +109,9 @@ struct GpuImageLoader::Decoded {
   double hybrid_share = 0;   // the share of the images nvJPEG could take that went to the CPU threads
   int64_t host_images = 0;   // hybrid: what the CPU threads decoded beside nvJPEG (the share and the fallbacks),
   double host_wall_ms = 0;   // and in how long
+  // the producer thread's part of decode(): the nvJPEG call, the CPU threads' part beside it (what it waited for
+  // after the call), the uploads of what the CPU threads decoded
+  double nvjpeg_call_ms = 0, host_after_call_ms = 0, upload_ms = 0;
 };
 
 #ifdef TRAINER_WITH_NVJPEG
@@ -339,6 +342,9 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.host_read_wait_ms += read_wait_ms;
   stats_.host_decode_ms += decode_host_ms;
+  stats_.host_nvjpeg_call_ms += d.nvjpeg_call_ms;
+  stats_.host_after_call_ms += d.host_after_call_ms;
+  stats_.host_upload_ms += d.upload_ms;
   stats_.host_augment_ms += augment_host_ms;
   ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
@@ -481,6 +487,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     decode_on_host_threads(on_host);
     return ms_since(t);
   });
+  const auto t_call = Clock::now();
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream
     times.engines_done();
@@ -488,7 +495,10 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     host_part.wait();
     throw;
   }
+  d.nvjpeg_call_ms = ms_since(t_call);
+  const auto t_after = Clock::now();
   const double host_wall_ms = host_part.get();
+  d.host_after_call_ms = ms_since(t_after);
   if (!hybrid.empty()) {  // the host's rate over all it decoded in that time (its share and what nvJPEG cannot take)
     d.host_images = static_cast<int64_t>(on_host.size());
     d.host_wall_ms = host_wall_ms;
@@ -503,7 +513,9 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   std::vector<size_t> decoded;
   for (size_t i : on_host)
     if (d.errors[i].empty()) decoded.push_back(i);
+  const auto t_upload = Clock::now();
   const std::vector<torch::Tensor> uploaded = upload_images(host, decoded, threads, device_);
+  d.upload_ms = ms_since(t_upload);
   for (size_t j = 0; j < decoded.size(); ++j) d.images[decoded[j]] = uploaded[j];
   d.by_cpu += static_cast<int64_t>(decoded.size());
   for (size_t i : hybrid)

@@ -39,6 +39,9 @@ struct GpuDecodeStats {
   // (and the CPU fallbacks), crop/resize/normalise launches
   int64_t host_batches = 0;
   double host_read_wait_ms = 0, host_decode_ms = 0, host_augment_ms = 0;
+  // of host_decode_ms: the nvJPEG call, the wait after it for the CPU threads' part (hybrid, fallbacks), the uploads
+  // of what they decoded
+  double host_nvjpeg_call_ms = 0, host_after_call_ms = 0, host_upload_ms = 0;
 };
 
 // The image pipeline making a loader's batches now and its counters so far: `cpu` for DecodeKind::cpu, `gpu` for

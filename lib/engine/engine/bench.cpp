@@ -52,6 +52,9 @@ static GpuDecodeStats since(const GpuDecodeStats& now, const GpuDecodeStats& bef
   d.host_read_wait_ms = now.host_read_wait_ms - before.host_read_wait_ms;
   d.host_decode_ms = now.host_decode_ms - before.host_decode_ms;
   d.host_augment_ms = now.host_augment_ms - before.host_augment_ms;
+  d.host_nvjpeg_call_ms = now.host_nvjpeg_call_ms - before.host_nvjpeg_call_ms;
+  d.host_after_call_ms = now.host_after_call_ms - before.host_after_call_ms;
+  d.host_upload_ms = now.host_upload_ms - before.host_upload_ms;
   return d;
 }
 
@@ -63,6 +66,9 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
           {"producer_host_ms_per_batch",
            {{"wait_for_files", st.host_read_wait_ms / host},
             {"parse_and_submit_decode", st.host_decode_ms / host},
+            {"of_which_nvjpeg_call", st.host_nvjpeg_call_ms / host},
+            {"of_which_cpu_part_after_the_call", st.host_after_call_ms / host},
+            {"of_which_upload_cpu_decoded", st.host_upload_ms / host},
             {"launch_crop_resize_normalise", st.host_augment_ms / host}}}};
 }
 
