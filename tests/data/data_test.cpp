@@ -1019,6 +1019,36 @@ TEST_F(Folder, AutoDecodeTimesEachWindowBetweenWaitsForTheDevice) {
   EXPECT_DOUBLE_EQ(gpu.rate(), gpu.images / (gpu.work_s + gpu.wait_s));
 }
 
+// Where the CPU path's RAM cache serves decoded images from its second epoch (epochs_before_measuring 1), the
+// windows wait for the second epoch the loader is set to: the first epoch's decoding decides nothing, also in a run
+// resumed at a later epoch (its cache starts empty).
+TEST_F(Folder, AutoDecodeWaitsAnEpochWhereARamCacheServesTheCpuPath) {
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));  // 5 batches of 4 per epoch
+  const ImageLoaderOptions o = options(2);
+  for (const int64_t first : {0, 3}) {
+    const std::string tag = "from epoch " + std::to_string(first);
+    AutoDecodeOptions ao;
+    ao.warm_batches = 1;
+    ao.window_batches = 3;
+    ao.epochs_before_measuring = 1;
+    ao.keep_cpu = [](const DecodeWindow&, const AutoDecodeOptions&) { return true; };
+    AutoDecodeLoader l(cpu_loaders(list.samples, o), cpu_loaders(list.samples, o), /*workers=*/2, ao);
+    int64_t taken = 0, decided_at = -1;
+    for (int64_t e = first; e < first + 3 && decided_at < 0; ++e) {
+      l.set_epoch(e);
+      Batch b;
+      while (l.next(b)) {
+        if (l.decided() && decided_at < 0) decided_at = taken;
+        ++taken;
+      }
+    }
+    // the window opens at the second epoch's first batch and takes its batches 1-3
+    EXPECT_EQ(decided_at, 5 + 3) << tag;
+    EXPECT_EQ(l.cpu_window().images, 12) << tag;
+  }
+}
+
 // A GPU path that cannot start, or fails on trial, hands back to the CPU path: every batch still comes, in order.
 TEST_F(Folder, AutoDecodeFallsBackToTheCpuPathWhenTheGpuPathFails) {
   test::TempDir dir;

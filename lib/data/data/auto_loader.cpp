@@ -53,6 +53,7 @@ void AutoDecodeLoader::set_epoch(int64_t epoch, int64_t start_batch) {
     active_ = on_gpu_ ? make_gpu_() : make_cpu_();
     log::info("data.decode auto: evaluation decodes on the ", on_gpu_ ? "GPU" : "CPU", " too, as training does");
   }
+  if (!epoch_set_) first_epoch_ = epoch;
   epoch_ = epoch;
   batch_ = start_batch;
   epoch_set_ = true;
@@ -136,7 +137,7 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
   };
   switch (state_) {
     case State::cpu_warm:
-      if (++batches_in_state_ >= opt_.warm_batches) {
+      if (++batches_in_state_ >= opt_.warm_batches && epoch_ >= first_epoch_ + opt_.epochs_before_measuring) {
         state_ = State::cpu_window;
         batches_in_state_ = 0;
         open_window(cpu_window_, b);

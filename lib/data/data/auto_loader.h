@@ -53,6 +53,10 @@ struct AutoDecodeOptions {
   double max_wait = 0.02;    // the CPU path keeps up: waits under this fraction of the window ...
   double margin = 1.1;       // ... and its threads could make this much more than training takes
   std::function<void()> sync;  // waits for the device's queued work (the windows' edges); unset: host time only
+  // whole epochs (from the first this loader is set to) before the CPU window may start: 1 where a RAM cache of
+  // decoded or rewritten images serves the CPU path from its second epoch on, so that the first epoch's decode
+  // does not decide
+  int epochs_before_measuring = 0;
   // the rules (tests replace them): keep the CPU path after its window; keep the GPU path after both windows
   std::function<bool(const DecodeWindow& cpu, const AutoDecodeOptions&)> keep_cpu;
   std::function<bool(const DecodeWindow& cpu, const DecodeWindow& gpu)> keep_gpu;
@@ -133,6 +137,7 @@ class AutoDecodeLoader : public Loader {
   // where the consumer is (the other kind starts there)
   int64_t epoch_ = 0, batch_ = 0;
   bool epoch_set_ = false;
+  int64_t first_epoch_ = 0;  // the first epoch this loader was set to
   Clock::time_point last_return_;
   bool have_last_ = false;  // last_return_ is in this epoch (no epoch end or set_epoch since)
   int64_t bad_before_ = 0;

@@ -116,7 +116,11 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
       return std::make_unique<ImageLoader>(std::move(samples), o, device);
     }
     // CPU first; the GPU path is tried while training if the CPU one cannot keep up (AutoDecodeLoader)
-    say("data.decode auto: starting with CPU decode; the GPU path is tried after a few batches if training waits");
+    const bool cached = o.cache_gb > 0 && (o.cache_decoded || o.cache_restart);
+    say(cached ? "data.decode auto: starting with CPU decode; in the second epoch, when data.cache serves it, the GPU "
+                 "path is tried if training waits"
+               : "data.decode auto: starting with CPU decode; the GPU path is tried after a few batches if training "
+                 "waits");
     auto list = std::make_shared<const std::vector<ImageSample>>(std::move(samples));
     auto cpu = [list, o, device]() -> std::unique_ptr<Loader> { return std::make_unique<ImageLoader>(*list, o, device); };
     auto gpu = [list, o, device]() -> std::unique_ptr<Loader> {
@@ -125,6 +129,9 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
     if (follow) return std::make_unique<AutoDecodeLoader>(cpu, gpu, follow);
     AutoDecodeOptions ao;  // each window's time from an idle device to an idle device: what its steps took
     ao.sync = [device] { torch::cuda::synchronize(device.index()); };
+    // the GPU path has no RAM cache: where the CPU path's serves decoded or rewritten images from the second epoch,
+    // that epoch decides, not the first one's decoding
+    if (cached) ao.epochs_before_measuring = 1;
     return std::make_unique<AutoDecodeLoader>(cpu, gpu, o.workers, std::move(ao));
   }
   return std::make_unique<ImageLoader>(std::move(samples), o, device);
