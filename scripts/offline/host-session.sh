@@ -15,8 +15,8 @@
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
-#     cpu_cached: the decoded RAM cache; hybrid, shards_cpu, shards_auto, ... too if named: shards_X is the training
-#     split packed by `trainer pack`, decoded by X) against the synthetic batch, WARMUP 40 + STEPS 200;
+#     cpu_cached: the decoded RAM cache; auto_cached, hybrid, shards_cpu, shards_auto, ... too if named: shards_X
+#     is the training split packed by `trainer pack`, decoded by X) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
@@ -207,8 +207,8 @@ PY
       $T "${b[@]}" --set model.name=$model --out "$out/bench/${model}${SUFFIX:-}_synthetic.json" 2>&1 | grep "bench $model"
       for dec in ${DECODES:-cpu auto gpu cpu_cached}; do
         case $dec in
-          cpu_cached)  # the decoded RAM cache (the set fits; the warm-up is past its first epoch)
-            d=(--set data.decode=cpu --set data.cache=decoded --set data.cache_gb=8) ;;
+          cpu_cached|auto_cached)  # the decoded RAM cache (the set fits; the warm-up is past its first epoch)
+            d=(--set data.decode=${dec%_cached} --set data.cache=decoded --set data.cache_gb=8) ;;
           shards_*)  # the training split packed by `trainer pack` (lossless, restart markers), decoded by ${dec#shards_}
             [ -d data/imagenet_like_shards/train ] ||
               $T pack --src data/imagenet_like/train --out data/imagenet_like_shards/train > "$out/pack.log" 2>&1
