@@ -113,13 +113,13 @@ void AutoDecodeLoader::open_window(DecodeWindow& w, const Batch& b) {
   w.synced_images = b.labels.size(0);
 }
 
-void AutoDecodeLoader::close_window(DecodeWindow& w) {
-  if (!opt_.sync || crossed_) {
-    w.synced_images = 0;
-    return;
-  }
-  opt_.sync();
-  w.synced_s = std::chrono::duration<double>(Clock::now() - window0_).count();
+double AutoDecodeLoader::close_window(DecodeWindow& w) {
+  const bool synced = opt_.sync && !crossed_;
+  if (synced) opt_.sync();
+  const double s = std::chrono::duration<double>(Clock::now() - window0_).count();
+  if (synced) w.synced_s = s;
+  else w.synced_images = 0;
+  return s;
 }
 
 void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::time_point ret) {
@@ -146,12 +146,11 @@ void AutoDecodeLoader::measured(const Batch& b, Clock::time_point call, Clock::t
       return;
     case State::cpu_window: {
       if (!add(cpu_window_) || ++batches_in_state_ < opt_.window_batches) return;
-      close_window(cpu_window_);
+      const double window_s = close_window(cpu_window_);
       int64_t samples1 = 0, busy1 = 0;
       if (samples0_ >= 0 && cpu_totals(samples1, busy1) && busy1 > busy_ns0_) {
         cpu_window_.capacity = (samples1 - samples0_) / ((busy1 - busy_ns0_) * 1e-9 / workers_);
-        cpu_window_.produced =
-            (samples1 - samples0_) / std::max(std::chrono::duration<double>(Clock::now() - window0_).count(), 1e-9);
+        cpu_window_.produced = (samples1 - samples0_) / std::max(window_s, 1e-9);
       }
       const DecodeWindow& w = cpu_window_;
       const std::string cpu_text =

@@ -9,8 +9,8 @@
 // out may come from the prefetch ring, filled before it: not what the path sustains). Where it is given a way to
 // wait for the device (the trainer's), each window starts and ends with the device idle, so that its end-to-end
 // rate is what the GPU took for its batches' steps, not the host's run-ahead (which hides what GPU decode takes
-// from the step). The CPU path stays when it waits almost never and its threads
-// could make more than training takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
+// from the step). The CPU path stays when it waits almost never and its threads could make more than training
+// takes, with a margin. Otherwise the GPU loader takes over at the same batch (both
 // give the same samples in the same order with the same crop boxes), runs a window of its own, and stays if its
 // measured end-to-end rate beats what the CPU path would give; else the CPU path comes back (as it does when the
 // GPU loader cannot start or fails on trial, and at once where an epoch is one batch: nothing to measure). One
@@ -114,7 +114,7 @@ class AutoDecodeLoader : public Loader {
   void switch_to(bool gpu);  // the other kind takes over at the current position
   void measured(const Batch& b, Clock::time_point call, Clock::time_point ret);
   void open_window(DecodeWindow& w, const Batch& b);  // b, about to be returned, trains in the window
-  void close_window(DecodeWindow& w);
+  double close_window(DecodeWindow& w);  // the window's wall time, s (after the closing wait)
   bool cpu_totals(int64_t& samples, int64_t& busy_ns);  // the CPU loader's stage totals; false if it has none
   void decide(bool gpu, std::string why);
   void retire(std::unique_ptr<Loader>& l);  // destroys a loader, keeping its counts
