@@ -16,7 +16,8 @@
 #   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
 #     cpu_cached: the decoded RAM cache; auto_cached, hybrid, shards_cpu, shards_auto, ... too if named: shards_X
-#     is the training split packed by `trainer pack`, decoded by X) against the synthetic batch, WARMUP 40 + STEPS 200;
+#     is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with the GPU loader's kernels on
+#     N SMs, data.gpu_decode_sms) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
@@ -214,6 +215,8 @@ PY
               $T pack --src data/imagenet_like/train --out data/imagenet_like_shards/train > "$out/pack.log" 2>&1
             d=(--set data.source=shards --set data.root=data/imagenet_like_shards --set data.eval_split=
                --set data.decode=${dec#shards_}) ;;
+          *_sms*)  # e.g. gpu_sms16: the GPU loader's kernels on a green context of 16 SMs (data.gpu_decode_sms)
+            d=(--set data.decode=${dec%_sms*} --set data.gpu_decode_sms=${dec##*_sms}) ;;
           *) d=(--set data.decode=$dec) ;;
         esac
         $T "${b[@]}" --set model.name=$model --set bench.data=pipeline "${d[@]}" \

@@ -192,6 +192,8 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   expect_has(error_for({"data.decode=hybrid", "data.hybrid_share=-0.5"}, true, 1),
              "'data.hybrid_share': expected -1 (adapted) or a share in [0, 1], got -0.5");
   EXPECT_EQ(error_for({"data.decode=hybrid", "data.hybrid_share=0.4"}, true, 1), "");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_sms=-8"}, true, 1), "'data.gpu_decode_sms'");
+  EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_sms=16"}, true, 1), "");
   EXPECT_EQ(error_for({}, false, 4), "");
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/fs.h"
 #include "data/auto_loader.h"
 #include "data/gpu_image_loader.h"
@@ -411,6 +412,41 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
     std::printf("  crop_decode %d, %s, share %.2f: %lld by nvJPEG, %lld by the CPU threads (hybrid), share now %.3f\n",
                 crop ? 1 : 0, train ? "train" : "eval", share, static_cast<long long>(st.gpu),
                 static_cast<long long>(st.cpu_hybrid), st.host_share);
+  }
+}
+
+// data.gpu_decode_sms: the loader's side stream on a green context of a few SMs gives the same batches, bit for
+// bit (the same kernels on fewer SMs), over an epoch boundary; a partition the GPU cannot make names the key.
+TEST(GpuDecode, LoaderOnAFewSmsGivesTheSameBatches) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = scan_image_folder(write_mixed_set(dir));
+  torch::Device dev(torch::kCUDA, 0);
+  ImageLoaderOptions o = mixed_set_options(/*train=*/true);
+  GpuImageLoader all(list.samples, o, dev);
+  o.decode_sms = 16;
+  GpuImageLoader few(list.samples, o, dev);
+  int64_t batches = 0;
+  for (int64_t e : {0, 1}) {
+    all.set_epoch(e);
+    few.set_epoch(e);
+    Batch a, b;
+    while (all.next(a)) {
+      ASSERT_TRUE(few.next(b));
+      ++batches;
+      EXPECT_EQ(a.indices, b.indices) << "epoch " << e;
+      EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu())) << "epoch " << e;
+      EXPECT_TRUE(torch::equal(a.images.cpu(), b.images.cpu())) << "epoch " << e;
+    }
+    EXPECT_FALSE(few.next(b));
+  }
+  EXPECT_GT(batches, 2);
+  o.decode_sms = 100000;
+  try {
+    GpuImageLoader none(list.samples, o, dev);
+    ADD_FAILURE() << "a partition larger than the GPU was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.gpu_decode_sms: 100000 SMs"), std::string::npos) << e.what();
   }
 }
 

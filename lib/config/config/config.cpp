@@ -180,6 +180,10 @@ Schema fields_of(Config& c) {
               "data.decode hybrid: the share of each batch's JPEGs the CPU threads decode; -1 = adapted while "
               "training so that both sides finish a batch together (their measured rates)",
               closed(-1, 1));
+  s.add_int("data.gpu_decode_sms", &c.data.gpu_decode_sms,
+            "data.decode gpu, hybrid (and auto once on the GPU path): the SMs the loader's kernels may use, as a CUDA "
+            "green context (rounded up to the GPU's granularity, 8 on Hopper); 0 = all of them, beside training's",
+            at_least(0));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",

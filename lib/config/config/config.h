@@ -71,6 +71,7 @@ struct DataConfig {
   std::string dtype = "auto";
   std::string decode = "auto";
   double hybrid_share = -1;
+  int64_t gpu_decode_sms = 0;
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

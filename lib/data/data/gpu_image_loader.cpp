@@ -17,7 +17,9 @@
 
 #ifdef TRAINER_WITH_NVJPEG
 #include <ATen/core/CachingHostAllocator.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGreenContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -28,6 +30,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+#ifdef TRAINER_WITH_NVJPEG
+// A green context of `sms` of the device's SMs: streams taken from it run their kernels on those SMs only.
+std::shared_ptr<at::cuda::GreenContext> sm_partition(torch::Device device, int sms) {
+  const int all = at::cuda::getDeviceProperties(device.index())->multiProcessorCount;
+  TRAINER_CHECK(sms < all, "data.gpu_decode_sms: ", sms, " SMs asked for the GPU loader, the GPU has ", all,
+                " (0 = all of them)");
+  try {
+    return at::cuda::GreenContext::create(static_cast<uint32_t>(sms), static_cast<uint32_t>(device.index()));
+  } catch (const std::exception& e) {
+    TRAINER_FAIL("data.gpu_decode_sms: ", sms, ": no CUDA green context of that many SMs here (0 = all of them): ",
+                 e.what());
+  }
+}
+#endif
 
 // A JPEG or PNG file's pixels by the CPU decoders; throws Error naming `name`.
 void decode_on_host(const std::vector<uint8_t>& f, const std::string& name, RgbImage& out) {
@@ -147,6 +164,9 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
   decoder_ = std::make_unique<GpuJpegDecoder>(device);
+#ifdef TRAINER_WITH_NVJPEG
+  if (opt_.decode_sms > 0) sms_ = sm_partition(device_, opt_.decode_sms);
+#endif
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
   normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last, opt_.dtype);
   const auto& n = normalized_;
@@ -315,7 +335,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   const std::vector<int64_t> indices(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
 
   // normal priority, as the training step's stream: either one at high priority is slower (bench/NOTES.md)
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  const auto side = sms_ ? sms_->Stream() : c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
   c10::cuda::CUDAStreamGuard guard(side);
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);

@@ -24,6 +24,10 @@
 #include "data/image_loader.h"
 #include "data/loader.h"
 
+namespace at::cuda {
+class GreenContext;
+}
+
 namespace trainer {
 
 // A producer thread prepares up to `opt.prefetch` batches ahead (its host work -- nvJPEG submission, the resize
@@ -77,6 +81,7 @@ class GpuImageLoader : public Loader {
   ImageLoaderOptions opt_;
   torch::Device device_;
   std::unique_ptr<GpuJpegDecoder> decoder_;
+  std::shared_ptr<at::cuda::GreenContext> sms_;  // opt.decode_sms > 0: the SMs the side stream runs on
   std::unique_ptr<ReadAhead> ahead_;
   BadSamples bad_;
   // the consumer's epoch (what next() hands out) and its batches taken so far

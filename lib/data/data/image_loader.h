@@ -61,6 +61,11 @@ struct ImageLoaderOptions {
   // decode instead (their crop window, at full resolution), while the engines decode the rest (data.decode: hybrid);
   // < 0: adapted to the two sides' measured rates (decode_split.h); 0: nvJPEG takes all it can
   double host_share = 0;
+  // GPU decode (GpuImageLoader) only: > 0 runs the loader's side stream (the crop-resize-normalise kernel, the
+  // decoder's launches, the copies) on a CUDA green context of this many SMs (rounded up to the GPU's
+  // granularity, 8 on Hopper), so that its many short blocks cannot take the whole GPU from the training step's
+  // kernels; 0: the side stream may use every SM
+  int decode_sms = 0;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +

@@ -86,6 +86,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.cache_decoded = d.cache == "decoded";
   o.cache_restart = d.cache == "restart";
   o.host_share = d.decode == "hybrid" ? d.hybrid_share : 0;
+  o.decode_sms = static_cast<int>(d.gpu_decode_sms);
   return o;
 }
 
@@ -99,15 +100,17 @@ std::unique_ptr<Loader> make_image_loader(std::vector<ImageSample> samples, cons
     if (!gpu_decode_available())
       throw ConfigError(str_cat("key 'data.decode': ", decode, ", but this build has no nvJPEG"));
     if (!device.is_cuda()) throw ConfigError(str_cat("key 'data.decode': ", decode, " needs run.device cuda"));
+    const std::string sms = o.decode_sms > 0 ? str_cat(", the loader's kernels on ", o.decode_sms, " SMs") : "";
     if (decode == "gpu") {
-      say("data.decode gpu: nvJPEG");
+      say("data.decode gpu: nvJPEG" + sms);
       ImageLoaderOptions g = o;
       g.host_share = 0;
       return std::make_unique<GpuImageLoader>(std::move(samples), g, device);
     }
-    say(o.host_share < 0 ? std::string("data.decode hybrid: nvJPEG and the CPU threads, the split adapted")
-                         : str_cat("data.decode hybrid: nvJPEG and the CPU threads, ", o.host_share,
-                                   " of each batch on the CPU"));
+    say((o.host_share < 0 ? std::string("data.decode hybrid: nvJPEG and the CPU threads, the split adapted")
+                          : str_cat("data.decode hybrid: nvJPEG and the CPU threads, ", o.host_share,
+                                    " of each batch on the CPU")) +
+        sms);
     return std::make_unique<GpuImageLoader>(std::move(samples), o, device);
   }
   if (decode == "auto") {
