@@ -649,6 +649,8 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
                                      " ranks (data parallel all-reduces run eagerly)"));
   if ((c.data.decode == "gpu" || c.data.decode == "hybrid") && !cuda)
     fail("data.decode", str_cat(c.data.decode, " needs run.device cuda"));
+  if (c.data.gpu_decode_sms > 0 && c.data.decode == "cpu")
+    fail("data.gpu_decode_sms", "sets the SMs of the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
   if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)
     fail("data.hybrid_share", str_cat("expected -1 (adapted) or a share in [0, 1], got ", c.data.hybrid_share));
 }

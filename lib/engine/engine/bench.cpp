@@ -147,6 +147,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
+    if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
     const GpuDecodeStats timed = since(ps.gpu, before.gpu);
     if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && timed.batches > 0) {  // the loader's time
@@ -263,6 +264,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
+  if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
   if (gpu) {
     const GpuDecodeStats& st = stats.gpu;
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
