@@ -64,7 +64,7 @@ struct ImageLoaderOptions {
   // GPU decode (GpuImageLoader) only: > 0 runs the loader's side stream (the crop-resize-normalise kernel, the
   // decoder's launches, the copies) on a CUDA green context of this many SMs (rounded up to the GPU's
   // granularity, 8 on Hopper), so that its many short blocks cannot take the whole GPU from the training step's
-  // kernels; 0: the side stream may use every SM
+  // kernels; 0: the side stream may use every SM (the default: no partition was faster, bench/NOTES.md)
   int decode_sms = 0;
 };
 
