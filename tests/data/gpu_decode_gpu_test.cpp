@@ -362,9 +362,9 @@ TEST(GpuDecode, LoaderMatchesTheCpuLoaderAndFallsBack) {
   }
 }
 
-// data.decode hybrid: a fixed share of each batch (and an adapted one) decoded by the CPU threads -- their crop
-// windows in training -- gives the GPU path's batches: the same samples, labels and substitutes, pixels within the
-// two decoders' tolerance, over two epochs; the CPU threads took their share.
+// data.decode hybrid: a fixed share of each training batch (and an adapted one) made by the CPU threads gives the GPU
+// path's batches: the same samples, labels and substitutes, pixels within the two decoders' tolerance, over two
+// epochs; the CPU threads took their share in training, none in evaluation.
 TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
   REQUIRE_NVJPEG();
   test::TempDir dir;
@@ -397,7 +397,8 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
       EXPECT_FALSE(hybrid.next(b));
     }
     const GpuDecodeStats st = hybrid.stats();
-    EXPECT_GT(st.cpu_hybrid, 0) << "the CPU threads took their share";
+    if (train) EXPECT_GT(st.cpu_hybrid, 0) << "the CPU threads took their share";
+    else EXPECT_EQ(st.cpu_hybrid, 0) << "evaluation batches go to nvJPEG whole";
     EXPECT_GT(st.gpu, 0) << "and nvJPEG the rest";
     // what nvJPEG cannot take goes to the CPU as before, never into the share. (The counts cover what the producer
     // made, batches made ahead and dropped at set_epoch too, so the two loaders' counts are not compared.)
@@ -405,7 +406,7 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
     EXPECT_EQ(hybrid.bad_samples(), gpu.bad_samples());
     EXPECT_GE(st.host_share, 0);  // of the last batch
     EXPECT_LE(st.host_share, 1);
-    if (share >= 0) {  // a fixed share: that much of every batch, rounded
+    if (share >= 0 && train) {  // a fixed share: that much of every batch, rounded
       const double took = static_cast<double>(st.cpu_hybrid) / static_cast<double>(st.cpu_hybrid + st.gpu);
       EXPECT_NEAR(took, share, 0.2);
     }
@@ -413,6 +414,53 @@ TEST(GpuDecode, HybridSplitGivesTheGpuPathsBatches) {
                 crop ? 1 : 0, train ? "train" : "eval", share, static_cast<long long>(st.gpu),
                 static_cast<long long>(st.cpu_hybrid), st.host_share);
   }
+}
+
+// The hybrid share is the CPU loader's output: with all of each training batch given to the CPU threads (and DCT
+// scaling on), every JPEG nvJPEG could take comes out equal to the CPU loader's sample, bit for bit in float32, over
+// two epochs; the rest (CMYK, PNG: the fallback's whole-image decode resized on the GPU; the corrupt file's
+// substitute, one an epoch) within the resize tolerance.
+TEST(GpuDecode, HybridShareIsTheCpuLoadersOutput) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = scan_image_folder(write_mixed_set(dir));
+  torch::Device dev(torch::kCUDA, 0);
+  ImageLoaderOptions o = mixed_set_options(/*train=*/true);
+  o.dct_scale = true;
+  o.image_size = 24;  // small beside the fixtures, so that the CPU side decodes at a DCT scale
+  ImageLoader cpu(list.samples, o, dev);
+  o.host_share = 1.0;
+  GpuImageLoader hybrid(list.samples, o, dev);
+  auto nvjpeg_takes = [&](int64_t index) {  // the mixed set's files 3 (CMYK) and 4 (PNG) go to the fallback
+    const std::string& path = list.samples[static_cast<size_t>(index)].path;
+    return path.find("/3.jpg") == std::string::npos && path.find("/4.png") == std::string::npos;
+  };
+  for (int64_t e : {0, 1}) {
+    cpu.set_epoch(e);
+    hybrid.set_epoch(e);
+    Batch a, b;
+    int64_t takes = 0, equal = 0;
+    while (cpu.next(a)) {
+      ASSERT_TRUE(hybrid.next(b));
+      ASSERT_EQ(a.images.sizes(), b.images.sizes());
+      EXPECT_EQ(a.indices, b.indices) << "epoch " << e;
+      for (int64_t i = 0; i < a.images.size(0); ++i) {
+        const double most = (a.images[i] - b.images[i]).abs().max().item<double>();
+        const double mean = (a.images[i] - b.images[i]).abs().mean().item<double>();
+        EXPECT_LT(mean, 0.08) << "epoch " << e << " position " << i;
+        if (!nvjpeg_takes(a.indices[static_cast<size_t>(i)])) continue;
+        ++takes;
+        if (most <= 1e-6) ++equal;
+      }
+    }
+    EXPECT_FALSE(hybrid.next(b));
+    EXPECT_GT(takes, 8) << "epoch " << e;
+    EXPECT_GE(equal, takes - 1) << "epoch " << e << ": of " << takes
+                                << " samples nvJPEG could take, all but the corrupt file's substitute are the CPU's";
+  }
+  const GpuDecodeStats st = hybrid.stats();
+  EXPECT_GT(st.cpu_hybrid, 0);
+  EXPECT_EQ(st.gpu, 0) << "a share of 1 leaves nvJPEG nothing";
 }
 
 // data.gpu_decode_sms: the loader's side stream on a green context of a few SMs gives the same batches, bit for

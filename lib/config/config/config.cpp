@@ -173,8 +173,9 @@ Schema fields_of(Config& c) {
                "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
                "engines where present) with crop, resize and flip on the GPU; auto = start on the CPU path and, while "
                "training, switch to the GPU path where training waits for data the decode threads cannot make, "
-               "keeping it only if it is faster end to end; hybrid = the gpu path with a share of each batch (their "
-               "crop windows) decoded by the CPU threads while the engines decode the rest (data.hybrid_share)",
+               "keeping it only if it is faster end to end; hybrid = the gpu path with a share of each training batch "
+               "decoded, cropped and resized by the CPU threads while the engines decode the batch before "
+               "(data.hybrid_share)",
                {"cpu", "gpu", "auto", "hybrid"});
   s.add_float("data.hybrid_share", &c.data.hybrid_share,
               "data.decode hybrid: the share of each batch's JPEGs the CPU threads decode; -1 = adapted while "

@@ -1,10 +1,11 @@
 // How the hybrid decode (data.decode: hybrid) splits each batch between the CPU decode threads and nvJPEG: a fixed
 // share, or an adapted one. Adapted: each side's rate is averaged over the recent batches (exponentially, weight
-// kRateWeight for the newest) -- the host's as the images its threads decoded over the wall time that took (so
-// whatever else the cores do counts), nvJPEG's as its images over its own side-stream span -- and the host takes
-// the balance share r_host / (r_host + r_gpu): where the host's wall time for its part equals nvJPEG's span for the
-// rest (k / r_host = m / r_gpu), the pipeline's fastest split whatever the two times' shapes (a fixed latency, whole
-// waves of threads). Each side keeps at least one image of a batch of two or more so that both rates stay measured.
+// kRateWeight for the newest) -- the host's as the images its threads decoded over the wall time of their whole part
+// of the batch (reading and parsing it included, and whatever else the cores do), nvJPEG's as its images over its
+// own side-stream span -- and the host takes the balance share r_host / (r_host + r_gpu): where the host's wall time
+// for its part equals nvJPEG's span for the rest (k / r_host = m / r_gpu), the pipeline's fastest split whatever the
+// two times' shapes (a fixed latency, whole waves of threads). Each side keeps at least one image of a batch of two
+// or more so that both rates stay measured.
 #pragma once
 #include <cstdint>
 

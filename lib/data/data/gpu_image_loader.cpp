@@ -57,19 +57,6 @@ void decode_on_host(const std::vector<uint8_t>& f, const std::string& name, RgbI
   }
 }
 
-// Only `window` of a JPEG (full-resolution pixels, exactly that window: libjpeg-turbo's crop decode), or all of a
-// PNG; throws Error naming `name`.
-void decode_window_on_host(const std::vector<uint8_t>& f, const std::string& name, const Rect& window,
-                           RgbImage& out) {
-  TRAINER_CHECK(!f.empty(), name, ": empty file");
-  if (sniff_format(f.data(), f.size()) != ImageFormat::jpeg) return decode_png(f.data(), f.size(), out, name);
-  JpegDecodeOptions o;
-  o.crop = true;
-  o.window = window;
-  JpegDecoder jpeg;
-  jpeg.decode(f.data(), f.size(), o, out, name);
-}
-
 // Images decoded on the CPU (host[i] for i in `which`) onto the device: copied by `threads` threads into one pinned
 // buffer, which goes over in one host-to-device copy; the result holds (h, w, 3) uint8 views of that device buffer,
 // in the order of `which`. (One pinned copy and one transfer per image cost the producer thread about 20 us each.)
@@ -107,6 +94,17 @@ struct GpuImageLoader::FileBatch {
   GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
   torch::Tensor pinned;
   std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
+  // training, hybrid: the CPU threads' share of the images nvJPEG could take, decoded while the batch before decodes,
+  // into their (S, S, 3) output as the CPU loader makes it (decode_sample_output); share_slot[i] >= 0: position i's
+  // image in `outputs`, < 0: not in the share
+  std::vector<int> share_slot;
+  torch::Tensor outputs;                  // (k, S, S, 3) uint8, pinned
+  std::vector<std::string> share_errors;  // why position i of the share failed
+  int64_t share_images = 0;               // k
+  double share = 0;                       // k over the images nvJPEG could take
+  // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
+  // side's time for its k images, so that the split balances it against nvJPEG's span for the rest
+  double host_ms = 0;
 };
 
 struct GpuImageLoader::ReadAhead {
@@ -121,11 +119,9 @@ struct GpuImageLoader::Decoded {
   std::vector<torch::Tensor> images;  // (h, w, 3) uint8 on the device; undefined: failed on both decoders
   std::vector<std::string> errors;    // why position i failed, where it did
   std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
+  std::vector<char> final;            // the tensor is already the sample's (S, S, 3) output (the hybrid share)
   int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
   int64_t by_hybrid = 0;     // of by_cpu: the hybrid share (nvJPEG could have taken them)
-  double hybrid_share = 0;   // the share of the images nvJPEG could take that went to the CPU threads
-  int64_t host_images = 0;   // hybrid: what the CPU threads decoded beside nvJPEG (the share and the fallbacks),
-  double host_wall_ms = 0;   // and in how long
   // the producer thread's part of decode(): the nvJPEG call, the CPU threads' part beside it (what it waited for
   // after the call), the uploads of what the CPU threads decoded
   double nvjpeg_call_ms = 0, host_after_call_ms = 0, upload_ms = 0;
@@ -340,7 +336,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);
   const auto t_decode = Clock::now();
-  Decoded d = decode(files, indices, p.epoch, *times);
+  Decoded d = decode(files, indices, *times);
   if (files.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
@@ -371,8 +367,8 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.gpu_cropped += d.cropped;
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
   stats_.cpu_hybrid += d.by_hybrid;
-  split_.observe_host(d.host_images, d.host_wall_ms);
-  stats_.host_share = d.hybrid_share;
+  split_.observe_host(files.share_images, files.host_ms);
+  stats_.host_share = files.share;
   times->by_gpu = d.by_gpu;
   times_.push_back(std::move(times));
   collect_times();
@@ -397,6 +393,7 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   const int threads = std::max(1, opt_.workers);
   const std::vector<int64_t>& order = *q.order;
   const int64_t from = q.cursor;
+  const auto t = Clock::now();
   FileBatch r;
   r.files.resize(static_cast<size_t>(count));
   r.read_errors.resize(static_cast<size_t>(count));
@@ -429,7 +426,46 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
       return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
     };
   r.info = decoder_->inspect(r.in, threads, roi_of);
+  if (opt_.train) decode_share_ahead(q, r);
+  r.host_ms = ms_since(t);
   return r;
+}
+
+void GpuImageLoader::decode_share_ahead(const EpochCursor& q, FileBatch& r) const {
+  const auto B = static_cast<int64_t>(r.info.size());
+  r.share_slot.assign(static_cast<size_t>(B), -1);
+  int64_t candidates = 0;
+  for (const auto& inf : r.info) candidates += inf.supported ? 1 : 0;
+  int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    k = split_.host_count(candidates);
+  }
+  if (k <= 0) return;
+  // the last k that nvJPEG could take
+  std::vector<int64_t> at;
+  for (int64_t i = B; i-- > 0 && static_cast<int64_t>(at.size()) < k;)
+    if (r.info[static_cast<size_t>(i)].supported) at.push_back(i);
+  const int64_t S = opt_.image_size;
+  r.outputs = torch::empty({k, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  r.share_errors.resize(static_cast<size_t>(B));
+  uint8_t* out = r.outputs.data_ptr<uint8_t>();
+  parallel_for(k, std::max(1, opt_.workers), [&](int64_t j) {
+    const auto i = static_cast<size_t>(at[static_cast<size_t>(j)]);
+    r.share_slot[i] = static_cast<int>(j);
+    const int64_t index = (*q.order)[static_cast<size_t>(q.cursor) + i];
+    const ImageSample& s = samples_[static_cast<size_t>(index)];
+    try {
+      JpegDecoder jpeg;
+      RgbImage img;
+      decode_sample_output(opt_, index, q.epoch, r.files[i].data(), r.files[i].size(), s.name(), jpeg, img,
+                           out + j * S * S * 3);
+    } catch (const Error& e) {
+      r.share_errors[i] = e.what();
+    }
+  });
+  r.share_images = k;
+  r.share = static_cast<double>(k) / static_cast<double>(candidates);
 }
 
 const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {
@@ -452,15 +488,15 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
 }
 
 GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices,
-                                               int64_t epoch, BatchTimes& times) {
+                                               BatchTimes& times) {
   const size_t B = indices.size();
   const int threads = std::max(1, opt_.workers);
   Decoded d;
   d.index = indices;
   d.errors.resize(B);
   d.frame.resize(B);
+  d.final.assign(B, 0);
   std::vector<RgbImage> host(B);
-  std::vector<Rect> host_window(B);  // w > 0: the CPU threads decoded only this window (hybrid, training)
   auto decode_on_host_threads = [&](const std::vector<size_t>& which) {
     parallel_for(static_cast<int64_t>(which.size()), threads, [&](int64_t j) {
       const size_t i = which[static_cast<size_t>(j)];
@@ -469,44 +505,21 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
         return;
       }
       try {
-        const std::string& name = samples_[static_cast<size_t>(indices[i])].name();
-        if (host_window[i].w > 0) decode_window_on_host(files.files[i], name, host_window[i], host[i]);
-        else decode_on_host(files.files[i], name, host[i]);
+        decode_on_host(files.files[i], samples_[static_cast<size_t>(indices[i])].name(), host[i]);
       } catch (const Error& e) {
         d.errors[i] = e.what();
       }
     });
   };
-  // what nvJPEG cannot take, and (hybrid) the CPU threads' share of the rest: the last ones nvJPEG could take. The
-  // threads decode them while the engines decode the others.
+  // what nvJPEG cannot take: decoded by the CPU threads while the engines decode the rest (the hybrid share was
+  // decoded ahead, decode_share_ahead)
   std::vector<GpuJpegDecoder::Info> info = files.info;
-  std::vector<size_t> on_host, hybrid;
-  for (size_t i = 0; i < B; ++i)
-    if (!info[i].supported) on_host.push_back(i);
-  {
-    const auto candidates = static_cast<int64_t>(B - on_host.size());
-    int64_t k;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      k = split_.host_count(candidates);
-    }
-    d.hybrid_share = candidates > 0 ? static_cast<double>(k) / static_cast<double>(candidates) : 0;
-    for (size_t i = B; i-- > 0 && static_cast<int64_t>(hybrid.size()) < k;) {
-      if (!info[i].supported) continue;
-      info[i].supported = false;
-      hybrid.push_back(i);
-      if (opt_.train && opt_.crop_decode) {
-        bool flip = false;
-        host_window[i] = window(indices[i], epoch, info[i].width, info[i].height, &flip);
-      }
-    }
-    on_host.insert(on_host.end(), hybrid.begin(), hybrid.end());
+  std::vector<size_t> on_host;
+  for (size_t i = 0; i < B; ++i) {
+    if (in_share(files, i)) info[i].supported = false;
+    else if (!info[i].supported) on_host.push_back(i);
   }
-  auto host_part = std::async(std::launch::async, [&] {
-    const auto t = Clock::now();
-    decode_on_host_threads(on_host);
-    return ms_since(t);
-  });
+  auto host_part = std::async(std::launch::async, [&] { decode_on_host_threads(on_host); });
   const auto t_call = Clock::now();
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream
@@ -517,38 +530,31 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   }
   d.nvjpeg_call_ms = ms_since(t_call);
   const auto t_after = Clock::now();
-  const double host_wall_ms = host_part.get();
+  host_part.get();
   d.host_after_call_ms = ms_since(t_after);
-  if (!hybrid.empty()) {  // the host's rate over all it decoded in that time (its share and what nvJPEG cannot take)
-    d.host_images = static_cast<int64_t>(on_host.size());
-    d.host_wall_ms = host_wall_ms;
-  }
   // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
   std::vector<size_t> refused;
   for (size_t i = 0; i < B; ++i)
     if (info[i].supported && !d.images[i].defined()) refused.push_back(i);
   decode_on_host_threads(refused);
   on_host.insert(on_host.end(), refused.begin(), refused.end());
-  d.by_gpu = static_cast<int64_t>(B - on_host.size());
+  d.by_gpu = static_cast<int64_t>(B - on_host.size()) - files.share_images;
   std::vector<size_t> decoded;
   for (size_t i : on_host)
     if (d.errors[i].empty()) decoded.push_back(i);
   const auto t_upload = Clock::now();
   const std::vector<torch::Tensor> uploaded = upload_images(host, decoded, threads, device_);
-  d.upload_ms = ms_since(t_upload);
   for (size_t j = 0; j < decoded.size(); ++j) d.images[decoded[j]] = uploaded[j];
   d.by_cpu += static_cast<int64_t>(decoded.size());
-  for (size_t i : hybrid)
-    if (d.errors[i].empty()) ++d.by_hybrid;
+  take_share(files, d);
+  d.upload_ms = ms_since(t_upload);
+  const int S = static_cast<int>(opt_.image_size);
   for (size_t i = 0; i < B; ++i) {
     const torch::Tensor& t = d.images[i];
     if (!t.defined()) continue;
     const auto& inf = info[i];
-    const Rect& hw = host_window[i];
-    if (hw.w > 0) {
-      TRAINER_CHECK(t.size(1) == hw.w && t.size(0) == hw.h, samples_[static_cast<size_t>(indices[i])].name(),
-                    ": the CPU decoder's crop window is ", t.size(1), "x", t.size(0), ", expected ", hw.w, "x", hw.h);
-      d.frame[i] = Rect{hw.x, hw.y, inf.width, inf.height};
+    if (d.final[i]) {
+      d.frame[i] = Rect{0, 0, S, S};
     } else if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
       d.frame[i] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
       ++d.cropped;
@@ -559,6 +565,26 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   return d;
 }
 
+bool GpuImageLoader::in_share(const FileBatch& files, size_t i) {
+  return i < files.share_slot.size() && files.share_slot[i] >= 0;
+}
+
+void GpuImageLoader::take_share(const FileBatch& files, Decoded& d) const {
+  if (files.share_images == 0) return;
+  const torch::Tensor on_device = files.outputs.to(device_, /*non_blocking=*/true);  // one copy for the share
+  for (size_t i = 0; i < files.share_slot.size(); ++i) {
+    if (!in_share(files, i)) continue;
+    if (!files.share_errors[i].empty()) {  // to the bad-sample policy, as a failed decode on either side
+      d.errors[i] = files.share_errors[i];
+      continue;
+    }
+    d.images[i] = on_device[files.share_slot[i]];
+    d.final[i] = 1;
+    ++d.by_cpu;
+    ++d.by_hybrid;
+  }
+}
+
 void GpuImageLoader::substitute_failures(Decoded& d) {
   for (size_t i = 0; i < d.images.size(); ++i) {
     int64_t index = d.index[i];
@@ -567,6 +593,7 @@ void GpuImageLoader::substitute_failures(Decoded& d) {
       if (!opt_.train) {  // left out
         d.images[i] = black_;
         d.frame[i] = Rect{0, 0, 1, 1};
+        d.final[i] = 0;
         d.index[i] = -1;
         break;
       }
@@ -580,6 +607,7 @@ void GpuImageLoader::substitute_failures(Decoded& d) {
         decode_on_host(bytes, s.name(), img);
         d.images[i] = upload_image(img, device_);
         d.frame[i] = Rect{0, 0, img.width, img.height};
+        d.final[i] = 0;
         d.index[i] = index;
         ++d.by_cpu;
       } catch (const Error& e) {
@@ -604,6 +632,10 @@ torch::Tensor GpuImageLoader::crop_resize_normalize(const Decoded& d, int64_t ep
       continue;
     }
     const Rect& f = d.frame[i];
+    if (d.final[i]) {  // the hybrid share: already cropped, resized and flipped
+      windows[i] = f;
+      continue;
+    }
     bool flip = false;
     Rect w = window(d.index[i], epoch, f.w, f.h, &flip);
     w.x -= f.x;  // into the decoded region's coordinates (the region is this window where it was crop-decoded)

@@ -1,5 +1,6 @@
 // The GPU decode path (data.decode: gpu) as a Loader: files read ahead on CPU threads, nvJPEG batched decode
-// (gpu_jpeg_decoder.h) with the CPU decoder for what it does not take, then RandomResizedCrop + flip (or the eval
+// (gpu_jpeg_decoder.h) with the CPU decoder for what it does not take (and, hybrid, a share of each training batch
+// made by the CPU threads one batch ahead as the CPU path makes it), then RandomResizedCrop + flip (or the eval
 // centre crop), antialiased bilinear resize and normalisation for the whole batch on the device (gpu_resize.h).
 // The crop boxes come from the same (seed, epoch, index) draws as the CPU path, and bad files follow the same
 // policy (bad_samples.h), so both paths give the same batches up to the two resize implementations' rounding.
@@ -69,10 +70,13 @@ class GpuImageLoader : public Loader {
   void loop();
   // the batch at p.cursor, on the side stream, in four phases:
   void produce(const EpochCursor& p, Ready& out);
-  FileBatch read_files(const EpochCursor& p, int64_t count) const;   // 1. read (ahead) and parse headers
+  FileBatch read_files(const EpochCursor& p, int64_t count) const;   // 1. read (ahead) and parse headers,
+  void decode_share_ahead(const EpochCursor& p, FileBatch& files) const;  // and decode the hybrid share
   const FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
-  // 2. nvJPEG, the CPU threads for what it cannot take and (hybrid) for their share of the rest
-  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, int64_t epoch, BatchTimes& times);
+  // 2. nvJPEG, the CPU threads for what it cannot take, then the hybrid share's outputs onto the device
+  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, BatchTimes& times);
+  static bool in_share(const FileBatch& files, size_t i);
+  void take_share(const FileBatch& files, Decoded& d) const;
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
   torch::Tensor crop_resize_normalize(const Decoded& d, int64_t epoch);         // 4. the batch tensor
   void collect_times();  // under mu_: adds the passed batches' device times to stats_

@@ -344,23 +344,35 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     }
   }
   read_ns_.fetch_add(ns_since(t0));
-  const uint8_t* data = bytes->data();
-  const size_t size = bytes->size();
+  const SampleDecodeTimes t =
+      decode_sample_output(opt_, index, epoch, bytes->data(), bytes->size(), name, jpeg, img, dst);
+  decode_ns_.fetch_add(t.decode_ns);
+  resize_ns_.fetch_add(t.resize_ns);
+  if (t.cut) cut_.fetch_add(1);
+}
 
-  t0 = Clock::now();
+SampleDecodeTimes decode_sample_output(const ImageLoaderOptions& opt, int64_t index, int64_t epoch,
+                                       const uint8_t* data, size_t size, const std::string& name, JpegDecoder& jpeg,
+                                       RgbImage& img, uint8_t* dst) {
+  const int S = static_cast<int>(opt.image_size);
+  const Interpolation filter = opt.train ? Interpolation::bilinear : opt.eval_filter;
+  // training resizes the drawn window (crop then resize); evaluation crops the resized image, as torchvision
+  const bool eval = !opt.train;
+  SampleDecodeTimes times;
+  auto t0 = Clock::now();
   int w = 0, h = 0;
   read_image_size(jpeg, data, size, name, &w, &h);  // within the pixel limit
   bool flip = false;
-  const Rect win = draw_window(w, h, &flip);  // evaluation: the centre crop's extent in the image
-  const ResizeMap eval_full = eval ? eval_map(w, h, S, opt_.crop_pct) : ResizeMap{};
+  const Rect win = sample_window(opt, index, epoch, w, h, &flip);  // evaluation: the centre crop's extent
+  const ResizeMap eval_full = eval ? eval_map(w, h, S, opt.crop_pct) : ResizeMap{};
   ResizeMap m;  // the resize, in the decoded image's pixels
   if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecodeOptions o;
-    o.scale_denom = opt_.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
-    o.crop = opt_.crop_decode;
+    o.scale_denom = opt.dct_scale ? pick_scale_denom(win.w, win.h, S, S) : 1;
+    o.crop = opt.crop_decode;
     o.window = eval ? map_footprint(eval_full, S, S, filter) : win;  // with the taps' reach over the crop's edge
     jpeg.decode(data, size, o, img, name);
-    if (jpeg.last_decode_was_cut()) cut_.fetch_add(1);
+    times.cut = jpeg.last_decode_was_cut();
     const int d = o.scale_denom;
     // the decoder returned the window rounded outwards to whole scaled pixels, from (x / d, y / d)
     const int ox = o.crop ? o.window.x / d : 0, oy = o.crop ? o.window.y / d : 0;
@@ -370,11 +382,12 @@ void ImageLoader::decode_sample(int64_t index, int64_t epoch, uint8_t* dst, std:
     decode_png(data, size, img, name);
     m = eval ? eval_full : window_map(win, S, S);
   }
-  decode_ns_.fetch_add(ns_since(t0));
+  times.decode_ns = ns_since(t0);
 
   t0 = Clock::now();
   resize_rgb_mapped(img.pixels.data(), img.width, img.height, m, dst, S, S, S * 3, flip, filter);
-  resize_ns_.fetch_add(ns_since(t0));
+  times.resize_ns = ns_since(t0);
+  return times;
 }
 
 // data.cache: restart. The rewrite reads every coefficient, so a corrupt file throws here as its decode would.

@@ -57,9 +57,10 @@ struct ImageLoaderOptions {
   // so that later epochs entropy-decode only the crop window's MCUs; files that have usable markers already, or
   // cannot be rewritten (CMYK), are cached as they are
   bool cache_restart = false;
-  // GPU decode (GpuImageLoader) only: the share of each batch's JPEGs that nvJPEG could take which the CPU threads
-  // decode instead (their crop window, at full resolution), while the engines decode the rest (data.decode: hybrid);
-  // < 0: adapted to the two sides' measured rates (decode_split.h); 0: nvJPEG takes all it can
+  // GPU decode (GpuImageLoader), training only: the share of each batch's JPEGs that nvJPEG could take which the CPU
+  // threads decode instead, into their final output as this loader makes it, while the engines decode the batch
+  // before (data.decode: hybrid); < 0: adapted to the two sides' measured rates (decode_split.h); 0: nvJPEG takes
+  // all it can. Evaluation batches go to nvJPEG whole.
   double host_share = 0;
   // GPU decode (GpuImageLoader) only: > 0 runs the loader's side stream (the crop-resize-normalise kernel, the
   // decoder's launches, the copies) on a CUDA green context of this many SMs (rounded up to the GPU's
@@ -82,6 +83,18 @@ struct EpochPlan {
   int64_t batch_size_of(int64_t b, int64_t batch_size) const { return std::min(batch_size, total - b * batch_size); }
 };
 EpochPlan plan_epoch(const ImageLoaderOptions& o, int64_t dataset_size, int64_t epoch);
+
+// One sample's encoded bytes (JPEG or PNG) into its (S, S, 3) uint8 output at `dst` as the CPU loader makes it:
+// training, the drawn window only at the smallest DCT scale that still covers the output (o.dct_scale, o.crop_decode),
+// resized and flipped; evaluation, the resize then the centre crop. `jpeg` and `img` are scratch reused between
+// calls. Throws Error naming `name`. The GPU loader's hybrid share uses it too.
+struct SampleDecodeTimes {
+  int64_t decode_ns = 0, resize_ns = 0;
+  bool cut = false;  // the decode read only the window's restart intervals (jpeg_cut.h)
+};
+SampleDecodeTimes decode_sample_output(const ImageLoaderOptions& o, int64_t index, int64_t epoch,
+                                       const uint8_t* data, size_t size, const std::string& name, JpegDecoder& jpeg,
+                                       RgbImage& img, uint8_t* dst);
 
 // A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
 void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
