@@ -94,7 +94,7 @@ struct GpuImageLoader::FileBatch {
   GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
   torch::Tensor pinned;
   std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
-  // training, hybrid: the CPU threads' share of the images nvJPEG could take, decoded while the batch before decodes,
+  // training, hybrid: the CPU threads' share of the batch's JPEGs, decoded while the batch before decodes,
   // into their (S, S, 3) output as the CPU loader makes it (decode_sample_output); share_slot[i] >= 0: position i's
   // image in `outputs`, < 0: not in the share
   std::vector<int> share_slot;
@@ -103,8 +103,8 @@ struct GpuImageLoader::FileBatch {
   int64_t share_images = 0;               // k
   double share = 0;                       // k over the images nvJPEG could take
   // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
-  // side's time for its k images, so that the split balances it against nvJPEG's span for the rest
-  double host_ms = 0;
+  // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
+  double host_ms = 0, read_ms = 0, parse_ms = 0, share_ms = 0;
 };
 
 struct GpuImageLoader::ReadAhead {
@@ -362,6 +362,10 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.host_after_call_ms += d.host_after_call_ms;
   stats_.host_upload_ms += d.upload_ms;
   stats_.host_augment_ms += augment_host_ms;
+  stats_.ahead_ms += files.host_ms;
+  stats_.ahead_read_ms += files.read_ms;
+  stats_.ahead_parse_ms += files.parse_ms;
+  stats_.ahead_share_ms += files.share_ms;
   ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
   stats_.gpu_cropped += d.cropped;
@@ -417,6 +421,13 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
     r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
   });
+  r.read_ms = ms_since(t);
+  // training, hybrid: the CPU threads' share decoded while the headers of the rest are parsed for nvJPEG
+  const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
+  std::future<void> decoding;
+  if (!share.empty()) decoding = std::async(std::launch::async, [&] { decode_share(q, share, r); });
+  GpuJpegDecoder::Files in = r.in;
+  for (int64_t i : share) in[static_cast<size_t>(i)] = {nullptr, 0};  // not nvJPEG's
   // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
   // decode; evaluation resizes the whole image before it crops (gpu_eval_resize)
   GpuJpegDecoder::RoiFn roi_of;
@@ -425,47 +436,63 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
       bool flip = false;
       return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
     };
-  r.info = decoder_->inspect(r.in, threads, roi_of);
-  if (opt_.train) decode_share_ahead(q, r);
+  const auto t_parse = Clock::now();
+  try {
+    r.info = decoder_->inspect(in, threads, roi_of);
+  } catch (...) {
+    if (decoding.valid()) decoding.wait();
+    throw;
+  }
+  r.parse_ms = ms_since(t_parse);
+  if (decoding.valid()) decoding.get();
   r.host_ms = ms_since(t);
   return r;
 }
 
-void GpuImageLoader::decode_share_ahead(const EpochCursor& q, FileBatch& r) const {
-  const auto B = static_cast<int64_t>(r.info.size());
+std::vector<int64_t> GpuImageLoader::pick_share(FileBatch& r) const {
+  const auto B = static_cast<int64_t>(r.files.size());
   r.share_slot.assign(static_cast<size_t>(B), -1);
+  // candidates: the JPEGs that were read (what nvJPEG does not take among them is the CPU's either way)
+  std::vector<char> jpeg(static_cast<size_t>(B), 0);
   int64_t candidates = 0;
-  for (const auto& inf : r.info) candidates += inf.supported ? 1 : 0;
+  for (size_t i = 0; i < jpeg.size(); ++i) {
+    const auto& f = r.files[i];
+    jpeg[i] = f.size() >= 4 && sniff_format(f.data(), f.size()) == ImageFormat::jpeg;
+    candidates += jpeg[i];
+  }
   int64_t k;
   {
     std::lock_guard<std::mutex> lock(mu_);
     k = split_.host_count(candidates);
   }
-  if (k <= 0) return;
-  // the last k that nvJPEG could take
-  std::vector<int64_t> at;
+  std::vector<int64_t> at;  // the last k of them
   for (int64_t i = B; i-- > 0 && static_cast<int64_t>(at.size()) < k;)
-    if (r.info[static_cast<size_t>(i)].supported) at.push_back(i);
-  const int64_t S = opt_.image_size;
+    if (jpeg[static_cast<size_t>(i)]) at.push_back(i);
+  for (size_t j = 0; j < at.size(); ++j) r.share_slot[static_cast<size_t>(at[j])] = static_cast<int>(j);
+  r.share_images = static_cast<int64_t>(at.size());
+  r.share = candidates > 0 ? static_cast<double>(at.size()) / static_cast<double>(candidates) : 0;
+  return at;
+}
+
+void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_t>& at, FileBatch& r) const {
+  const auto t = Clock::now();
+  const int64_t S = opt_.image_size, k = static_cast<int64_t>(at.size());
   r.outputs = torch::empty({k, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-  r.share_errors.resize(static_cast<size_t>(B));
+  r.share_errors.resize(r.files.size());
   uint8_t* out = r.outputs.data_ptr<uint8_t>();
   parallel_for(k, std::max(1, opt_.workers), [&](int64_t j) {
     const auto i = static_cast<size_t>(at[static_cast<size_t>(j)]);
-    r.share_slot[i] = static_cast<int>(j);
     const int64_t index = (*q.order)[static_cast<size_t>(q.cursor) + i];
-    const ImageSample& s = samples_[static_cast<size_t>(index)];
     try {
       JpegDecoder jpeg;
       RgbImage img;
-      decode_sample_output(opt_, index, q.epoch, r.files[i].data(), r.files[i].size(), s.name(), jpeg, img,
-                           out + j * S * S * 3);
+      decode_sample_output(opt_, index, q.epoch, r.files[i].data(), r.files[i].size(),
+                           samples_[static_cast<size_t>(index)].name(), jpeg, img, out + j * S * S * 3);
     } catch (const Error& e) {
       r.share_errors[i] = e.what();
     }
   });
-  r.share_images = k;
-  r.share = static_cast<double>(k) / static_cast<double>(candidates);
+  r.share_ms = ms_since(t);
 }
 
 const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {

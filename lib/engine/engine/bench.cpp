@@ -55,6 +55,10 @@ static GpuDecodeStats since(const GpuDecodeStats& now, const GpuDecodeStats& bef
   d.host_nvjpeg_call_ms = now.host_nvjpeg_call_ms - before.host_nvjpeg_call_ms;
   d.host_after_call_ms = now.host_after_call_ms - before.host_after_call_ms;
   d.host_upload_ms = now.host_upload_ms - before.host_upload_ms;
+  d.ahead_ms = now.ahead_ms - before.ahead_ms;
+  d.ahead_read_ms = now.ahead_read_ms - before.ahead_read_ms;
+  d.ahead_parse_ms = now.ahead_parse_ms - before.ahead_parse_ms;
+  d.ahead_share_ms = now.ahead_share_ms - before.ahead_share_ms;
   return d;
 }
 
@@ -69,7 +73,12 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
             {"of_which_nvjpeg_call", st.host_nvjpeg_call_ms / host},
             {"of_which_cpu_part_after_the_call", st.host_after_call_ms / host},
             {"of_which_upload_cpu_decoded", st.host_upload_ms / host},
-            {"launch_crop_resize_normalise", st.host_augment_ms / host}}}};
+            {"launch_crop_resize_normalise", st.host_augment_ms / host}}},
+          {"read_ahead_host_ms_per_batch",
+           {{"wall", st.ahead_ms / host},
+            {"read_and_pin", st.ahead_read_ms / host},
+            {"parse_headers", st.ahead_parse_ms / host},
+            {"hybrid_share_beside_parsing", st.ahead_share_ms / host}}}};
 }
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
