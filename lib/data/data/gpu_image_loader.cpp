@@ -104,7 +104,8 @@ struct GpuImageLoader::FileBatch {
   double share = 0;                       // k over the images nvJPEG could take
   // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
   // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
-  double host_ms = 0, read_ms = 0, parse_ms = 0, share_ms = 0;
+  double host_ms = 0, read_ms = 0, pin_ms = 0, parse_ms = 0, share_ms = 0;
+  double share_cpu_ms = 0;  // the threads' time in the share's images, summed
 };
 
 struct GpuImageLoader::ReadAhead {
@@ -366,6 +367,9 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.ahead_read_ms += files.read_ms;
   stats_.ahead_parse_ms += files.parse_ms;
   stats_.ahead_share_ms += files.share_ms;
+  stats_.ahead_pin_ms += files.pin_ms;
+  stats_.ahead_share_cpu_ms += files.share_cpu_ms;
+  stats_.ahead_share_images += files.share_images;
   ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
   stats_.gpu_cropped += d.cropped;
@@ -409,6 +413,8 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
       r.read_errors[static_cast<size_t>(i)] = e.what();
     }
   });
+  r.read_ms = ms_since(t);
+  const auto t_pin = Clock::now();
   // the engines read the files from pinned memory (one copy, by the reading threads)
   std::vector<size_t> at(r.files.size() + 1, 0);
   for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
@@ -421,7 +427,7 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
     r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
   });
-  r.read_ms = ms_since(t);
+  r.pin_ms = ms_since(t_pin);
   // training, hybrid: the CPU threads' share decoded while the headers of the rest are parsed for nvJPEG
   const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
   std::future<void> decoding;
@@ -480,7 +486,9 @@ void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_
   r.outputs = torch::empty({k, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   r.share_errors.resize(r.files.size());
   uint8_t* out = r.outputs.data_ptr<uint8_t>();
+  std::vector<double> spent(static_cast<size_t>(k), 0);
   parallel_for(k, std::max(1, opt_.workers), [&](int64_t j) {
+    const auto t_image = Clock::now();
     const auto i = static_cast<size_t>(at[static_cast<size_t>(j)]);
     const int64_t index = (*q.order)[static_cast<size_t>(q.cursor) + i];
     try {
@@ -491,8 +499,10 @@ void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_
     } catch (const Error& e) {
       r.share_errors[i] = e.what();
     }
+    spent[static_cast<size_t>(j)] = ms_since(t_image);
   });
   r.share_ms = ms_since(t);
+  for (double v : spent) r.share_cpu_ms += v;
 }
 
 const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {

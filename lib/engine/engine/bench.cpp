@@ -59,6 +59,9 @@ static GpuDecodeStats since(const GpuDecodeStats& now, const GpuDecodeStats& bef
   d.ahead_read_ms = now.ahead_read_ms - before.ahead_read_ms;
   d.ahead_parse_ms = now.ahead_parse_ms - before.ahead_parse_ms;
   d.ahead_share_ms = now.ahead_share_ms - before.ahead_share_ms;
+  d.ahead_pin_ms = now.ahead_pin_ms - before.ahead_pin_ms;
+  d.ahead_share_cpu_ms = now.ahead_share_cpu_ms - before.ahead_share_cpu_ms;
+  d.ahead_share_images = now.ahead_share_images - before.ahead_share_images;
   return d;
 }
 
@@ -76,9 +79,13 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
             {"launch_crop_resize_normalise", st.host_augment_ms / host}}},
           {"read_ahead_host_ms_per_batch",
            {{"wall", st.ahead_ms / host},
-            {"read_and_pin", st.ahead_read_ms / host},
+            {"read_files", st.ahead_read_ms / host},
+            {"copy_to_pinned", st.ahead_pin_ms / host},
             {"parse_headers", st.ahead_parse_ms / host},
-            {"hybrid_share_beside_parsing", st.ahead_share_ms / host}}}};
+            {"hybrid_share_beside_parsing", st.ahead_share_ms / host},
+            {"hybrid_share_images", static_cast<double>(st.ahead_share_images) / host},
+            {"hybrid_share_thread_ms_per_image",
+             st.ahead_share_cpu_ms / static_cast<double>(std::max<int64_t>(st.ahead_share_images, 1))}}}};
 }
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
