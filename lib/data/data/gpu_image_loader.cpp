@@ -94,14 +94,14 @@ struct GpuImageLoader::FileBatch {
   GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
   torch::Tensor pinned;
   std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
-  // training, hybrid: the CPU threads' share of the batch (its last k samples), read and decoded while the batch
-  // before decodes, into their (S, S, 3) output as the CPU loader makes it (decode_sample_output); share_slot[i] >= 0:
-  // position i's image in `outputs` (its file is not in `files`), < 0: not in the share
+  // training, hybrid: the CPU threads' share of the batch's JPEGs, decoded while the batch before decodes,
+  // into their (S, S, 3) output as the CPU loader makes it (decode_sample_output); share_slot[i] >= 0: position i's
+  // image in `outputs`, < 0: not in the share
   std::vector<int> share_slot;
   torch::Tensor outputs;                  // (k, S, S, 3) uint8, pinned
   std::vector<std::string> share_errors;  // why position i of the share failed
   int64_t share_images = 0;               // k
-  double share = 0;                       // k over the batch size
+  double share = 0;                       // k over the images nvJPEG could take
   // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
   // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
   double host_ms = 0, read_ms = 0, pin_ms = 0, parse_ms = 0, share_ms = 0;
@@ -405,89 +405,97 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   FileBatch r;
   r.files.resize(static_cast<size_t>(count));
   r.read_errors.resize(static_cast<size_t>(count));
-  // training, hybrid: the CPU threads' share, the batch's last k samples, read and decoded beside the reading and
-  // parsing of the rest for nvJPEG
-  const int64_t k = opt_.train ? share_count(count) : 0, rest = count - k;
-  r.share_slot.assign(static_cast<size_t>(count), -1);
-  for (int64_t j = 0; j < k; ++j) r.share_slot[static_cast<size_t>(rest + j)] = static_cast<int>(j);
-  r.share_images = k;
-  r.share = count > 0 ? static_cast<double>(k) / static_cast<double>(count) : 0;
-  std::future<void> sharing;
-  if (k > 0) sharing = std::async(std::launch::async, [&] { decode_share(q, rest, r); });
-  try {
-    parallel_for(rest, threads, [&](int64_t i) {
-      try {
-        read_sample_bytes(samples_[static_cast<size_t>(order[static_cast<size_t>(from + i)])],
-                          r.files[static_cast<size_t>(i)]);
-      } catch (const Error& e) {
-        r.files[static_cast<size_t>(i)].clear();
-        r.read_errors[static_cast<size_t>(i)] = e.what();
-      }
-    });
-    r.read_ms = ms_since(t);
-    pin_and_parse(q, rest, r);
-  } catch (...) {
-    if (sharing.valid()) sharing.wait();
-    throw;
-  }
-  if (sharing.valid()) sharing.get();
-  r.host_ms = ms_since(t);
-  return r;
-}
-
-int64_t GpuImageLoader::share_count(int64_t count) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return split_.host_count(count);
-}
-
-void GpuImageLoader::pin_and_parse(const EpochCursor& q, int64_t rest, FileBatch& r) const {
-  const int threads = std::max(1, opt_.workers);
-  const auto t = Clock::now();
-  // the engines read the files from pinned memory (one copy, by the reading threads); the share's are not theirs
-  std::vector<size_t> at(static_cast<size_t>(rest) + 1, 0);
-  for (size_t i = 0; i + 1 < at.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
+  parallel_for(count, threads, [&](int64_t i) {
+    try {
+      read_sample_bytes(samples_[static_cast<size_t>(order[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
+    } catch (const Error& e) {
+      r.files[static_cast<size_t>(i)].clear();
+      r.read_errors[static_cast<size_t>(i)] = e.what();
+    }
+  });
+  r.read_ms = ms_since(t);
+  const auto t_pin = Clock::now();
+  // the engines read the files from pinned memory (one copy, by the reading threads)
+  std::vector<size_t> at(r.files.size() + 1, 0);
+  for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
   r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   uint8_t* base = r.pinned.data_ptr<uint8_t>();
-  r.in.assign(r.files.size(), {nullptr, 0});
-  parallel_for(rest, threads, [&](int64_t i) {
+  r.in.resize(r.files.size());
+  parallel_for(count, threads, [&](int64_t i) {
     const auto& f = r.files[static_cast<size_t>(i)];
     if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
     r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
   });
-  r.pin_ms = ms_since(t);
+  r.pin_ms = ms_since(t_pin);
+  // training, hybrid: the CPU threads' share decoded while the headers of the rest are parsed for nvJPEG
+  const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
+  std::future<void> decoding;
+  if (!share.empty()) decoding = std::async(std::launch::async, [&] { decode_share(q, share, r); });
+  GpuJpegDecoder::Files in = r.in;
+  for (int64_t i : share) in[static_cast<size_t>(i)] = {nullptr, 0};  // not nvJPEG's
   // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
   // decode; evaluation resizes the whole image before it crops (gpu_eval_resize)
   GpuJpegDecoder::RoiFn roi_of;
   if (opt_.crop_decode && opt_.train)
-    roi_of = [this, order = q.order, from = q.cursor, epoch = q.epoch](size_t i, int w, int h) {
+    roi_of = [this, &order, from, epoch = q.epoch](size_t i, int w, int h) {
       bool flip = false;
-      return window((*order)[static_cast<size_t>(from) + i], epoch, w, h, &flip);
+      return window(order[static_cast<size_t>(from) + i], epoch, w, h, &flip);
     };
   const auto t_parse = Clock::now();
-  r.info = decoder_->inspect(r.in, threads, roi_of);  // the share's (no bytes here) come back unsupported
+  try {
+    r.info = decoder_->inspect(in, threads, roi_of);
+  } catch (...) {
+    if (decoding.valid()) decoding.wait();
+    throw;
+  }
   r.parse_ms = ms_since(t_parse);
+  if (decoding.valid()) decoding.get();
+  r.host_ms = ms_since(t);
+  return r;
 }
 
-void GpuImageLoader::decode_share(const EpochCursor& q, int64_t first, FileBatch& r) const {
+std::vector<int64_t> GpuImageLoader::pick_share(FileBatch& r) const {
+  const auto B = static_cast<int64_t>(r.files.size());
+  r.share_slot.assign(static_cast<size_t>(B), -1);
+  // candidates: the JPEGs that were read (what nvJPEG does not take among them is the CPU's either way)
+  std::vector<char> jpeg(static_cast<size_t>(B), 0);
+  int64_t candidates = 0;
+  for (size_t i = 0; i < jpeg.size(); ++i) {
+    const auto& f = r.files[i];
+    jpeg[i] = f.size() >= 4 && sniff_format(f.data(), f.size()) == ImageFormat::jpeg;
+    candidates += jpeg[i];
+  }
+  int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    k = split_.host_count(candidates);
+  }
+  std::vector<int64_t> at;  // the last k of them
+  for (int64_t i = B; i-- > 0 && static_cast<int64_t>(at.size()) < k;)
+    if (jpeg[static_cast<size_t>(i)]) at.push_back(i);
+  for (size_t j = 0; j < at.size(); ++j) r.share_slot[static_cast<size_t>(at[j])] = static_cast<int>(j);
+  r.share_images = static_cast<int64_t>(at.size());
+  r.share = candidates > 0 ? static_cast<double>(at.size()) / static_cast<double>(candidates) : 0;
+  return at;
+}
+
+void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_t>& at, FileBatch& r) const {
   const auto t = Clock::now();
-  const int64_t S = opt_.image_size, k = r.share_images;
+  const int64_t S = opt_.image_size, k = static_cast<int64_t>(at.size());
   r.outputs = torch::empty({k, S, S, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   r.share_errors.resize(r.files.size());
   uint8_t* out = r.outputs.data_ptr<uint8_t>();
   std::vector<double> spent(static_cast<size_t>(k), 0);
   parallel_for(k, std::max(1, opt_.workers), [&](int64_t j) {
     const auto t_image = Clock::now();
-    const auto i = static_cast<size_t>(first + j);
+    const auto i = static_cast<size_t>(at[static_cast<size_t>(j)]);
     const int64_t index = (*q.order)[static_cast<size_t>(q.cursor) + i];
-    const ImageSample& s = samples_[static_cast<size_t>(index)];
-    try {  // a file that cannot be read or decoded goes to the bad-sample policy, as on the other paths
-      std::vector<uint8_t> bytes;
-      read_sample_bytes(s, bytes);
+    try {
       JpegDecoder jpeg;
       RgbImage img;
-      decode_sample_output(opt_, index, q.epoch, bytes.data(), bytes.size(), s.name(), jpeg, img,
-                           out + j * S * S * 3);
+      decode_sample_output(opt_, index, q.epoch, r.files[i].data(), r.files[i].size(),
+                           samples_[static_cast<size_t>(index)].name(), jpeg, img, out + j * S * S * 3);
     } catch (const Error& e) {
       r.share_errors[i] = e.what();
     }
