@@ -101,7 +101,7 @@ struct GpuImageLoader::FileBatch {
   torch::Tensor outputs;                  // (k, S, S, 3) uint8, pinned
   std::vector<std::string> share_errors;  // why position i of the share failed
   int64_t share_images = 0;               // k
-  double share = 0;                       // k over the images nvJPEG could take
+  double share = 0;                       // k over the batch's JPEGs
   // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
   // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
   double host_ms = 0, read_ms = 0, pin_ms = 0, parse_ms = 0, share_ms = 0;
@@ -549,7 +549,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     });
   };
   // what nvJPEG cannot take: decoded by the CPU threads while the engines decode the rest (the hybrid share was
-  // decoded ahead, decode_share_ahead)
+  // decoded ahead, decode_share)
   std::vector<GpuJpegDecoder::Info> info = files.info;
   std::vector<size_t> on_host;
   for (size_t i = 0; i < B; ++i) {
