@@ -414,26 +414,26 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     }
   });
   r.read_ms = ms_since(t);
+  // training, hybrid: the CPU threads' share, decoded (below) while the headers of the rest are parsed for nvJPEG
+  const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
   const auto t_pin = Clock::now();
-  // the engines read the files from pinned memory (one copy, by the reading threads)
+  // the engines read the files from pinned memory (one copy, by the reading threads); the share's are not theirs
+  auto theirs = [&](size_t i) { return r.share_slot.empty() || r.share_slot[i] < 0; };
   std::vector<size_t> at(r.files.size() + 1, 0);
-  for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + r.files[i].size();
+  for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + (theirs(i) ? r.files[i].size() : 0);
   r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   uint8_t* base = r.pinned.data_ptr<uint8_t>();
-  r.in.resize(r.files.size());
+  r.in.assign(r.files.size(), {nullptr, 0});
   parallel_for(count, threads, [&](int64_t i) {
     const auto& f = r.files[static_cast<size_t>(i)];
+    if (!theirs(static_cast<size_t>(i))) return;
     if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
     r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
   });
   r.pin_ms = ms_since(t_pin);
-  // training, hybrid: the CPU threads' share decoded while the headers of the rest are parsed for nvJPEG
-  const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
   std::future<void> decoding;
   if (!share.empty()) decoding = std::async(std::launch::async, [&] { decode_share(q, share, r); });
-  GpuJpegDecoder::Files in = r.in;
-  for (int64_t i : share) in[static_cast<size_t>(i)] = {nullptr, 0};  // not nvJPEG's
   // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
   // decode; evaluation resizes the whole image before it crops (gpu_eval_resize)
   GpuJpegDecoder::RoiFn roi_of;
@@ -444,7 +444,7 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     };
   const auto t_parse = Clock::now();
   try {
-    r.info = decoder_->inspect(in, threads, roi_of);
+    r.info = decoder_->inspect(r.in, threads, roi_of);  // the share's (no bytes here) come back unsupported
   } catch (...) {
     if (decoding.valid()) decoding.wait();
     throw;
