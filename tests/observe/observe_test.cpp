@@ -121,6 +121,16 @@ TEST(Verdict, OnCraftedTimings) {
   EXPECT_NE(v[0].find("data.decode: gpu"), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("data.cache: decoded"), std::string::npos) << v[0];
   EXPECT_EQ(v[0].find("hybrid"), std::string::npos) << "measured slower than pure nvJPEG: not advised";
+  t.input_limit = "the decode threads: 14 threads busy 98% of the time";  // the loader named its limit
+  t.input_advice = "data.decode: gpu or auto";
+  v = bottleneck_verdicts(t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("could train 2000 img/s. What sets it: the decode threads: 14 threads busy 98% of the time. "
+                      "What to change: data.decode: gpu or auto."),
+            std::string::npos)
+      << v[0];
+  EXPECT_EQ(v[0].find("data.workers"), std::string::npos) << "the general advice gives way to the limit's";
+  t.input_limit.clear(), t.input_advice.clear();
   t.starved_steps = 2;  // the GPU never ran dry for data: the wait was a full launch queue behind a busy GPU
   EXPECT_TRUE(bottleneck_verdicts(t).empty());
   t.starved_steps = 60;  // it ran dry before 60% of the batches came

@@ -190,6 +190,7 @@ PipelineStats GpuImageLoader::pipeline_stats() const {
   s.decode = DecodeKind::gpu;
   s.hardware = hardware();
   s.gpu = stats();
+  s.threads = std::max(1, opt_.workers);
   return s;
 }
 

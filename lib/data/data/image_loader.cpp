@@ -492,6 +492,7 @@ PipelineStats ImageLoader::pipeline_stats() const {
   PipelineStats s;
   s.decode = DecodeKind::cpu;
   s.cpu = stage_totals();
+  s.threads = std::max(1, opt_.workers);
   return s;
 }
 

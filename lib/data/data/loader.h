@@ -55,6 +55,7 @@ struct GpuDecodeStats {
 struct PipelineStats {
   DecodeKind decode = DecodeKind::none;
   bool hardware = false;  // gpu: on the hardware JPEG engines
+  int threads = 0;        // the decode threads (cpu), the reading and parsing threads (gpu)
   StageTotals cpu;
   GpuDecodeStats gpu;
 };

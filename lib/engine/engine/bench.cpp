@@ -14,6 +14,7 @@
 #include "data/gpu_image_loader.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
+#include "data/pipeline_report.h"
 #include "distributed/process_group.h"
 #include "models/batchnorm.h"
 #include "models/registry.h"
@@ -42,29 +43,6 @@ static std::string decode_name(const PipelineStats& s) {
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
 }
 
-// the GPU loader's counters between two readings: the batches and the times over them
-static GpuDecodeStats since(const GpuDecodeStats& now, const GpuDecodeStats& before) {
-  GpuDecodeStats d;
-  d.batches = now.batches - before.batches;
-  d.decode_ms = now.decode_ms - before.decode_ms;
-  d.augment_ms = now.augment_ms - before.augment_ms;
-  d.host_batches = now.host_batches - before.host_batches;
-  d.host_read_wait_ms = now.host_read_wait_ms - before.host_read_wait_ms;
-  d.host_decode_ms = now.host_decode_ms - before.host_decode_ms;
-  d.host_augment_ms = now.host_augment_ms - before.host_augment_ms;
-  d.host_nvjpeg_call_ms = now.host_nvjpeg_call_ms - before.host_nvjpeg_call_ms;
-  d.host_after_call_ms = now.host_after_call_ms - before.host_after_call_ms;
-  d.host_upload_ms = now.host_upload_ms - before.host_upload_ms;
-  d.ahead_ms = now.ahead_ms - before.ahead_ms;
-  d.ahead_read_ms = now.ahead_read_ms - before.ahead_read_ms;
-  d.ahead_parse_ms = now.ahead_parse_ms - before.ahead_parse_ms;
-  d.ahead_share_ms = now.ahead_share_ms - before.ahead_share_ms;
-  d.ahead_pin_ms = now.ahead_pin_ms - before.ahead_pin_ms;
-  d.ahead_share_cpu_ms = now.ahead_share_cpu_ms - before.ahead_share_cpu_ms;
-  d.ahead_share_images = now.ahead_share_images - before.ahead_share_images;
-  return d;
-}
-
 // the side stream's time and the producer thread's host time per stage, per batch
 static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
   const double per = std::max<int64_t>(st.batches, 1), host = std::max<int64_t>(st.host_batches, 1);
@@ -86,6 +64,12 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
             {"hybrid_share_images", static_cast<double>(st.ahead_share_images) / host},
             {"hybrid_share_thread_ms_per_image",
              st.ahead_share_cpu_ms / static_cast<double>(std::max<int64_t>(st.ahead_share_images, 1))}}}};
+}
+
+// what set the pipeline's pace over the timed steps (data/pipeline_report.h)
+static void add_input_limit(nlohmann::json& j, const InputLimit& limit) {
+  if (limit.stage.empty()) return;
+  j["input_limit"] = {{"stage", limit.stage}, {"figures", limit.figures}, {"advice", limit.advice}};
 }
 
 BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
@@ -165,11 +149,13 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
     if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
-    const GpuDecodeStats timed = since(ps.gpu, before.gpu);
-    if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && timed.batches > 0) {  // the loader's time
-      j["gpu_decode_timed"] = gpu_decode_times(timed);
-      j["gpu_decode_timed"]["batches"] = timed.batches;
+    const PipelineStats timed = pipeline_since(ps, before);
+    // the loader's time
+    if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && timed.gpu.batches > 0) {
+      j["gpu_decode_timed"] = gpu_decode_times(timed.gpu);
+      j["gpu_decode_timed"]["batches"] = timed.gpu.batches;
     }
+    add_input_limit(j, ps.decode == before.decode ? input_limit(timed, sec) : InputLimit{});
   }
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
@@ -242,7 +228,8 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   // and the faster pipeline kept); the stage figures below are the chosen loader's
   while (loader.deciding()) next();
   synchronize(ctx.device);
-  const StageTotals s0 = loader.pipeline_stats().cpu;
+  const PipelineStats p0 = loader.pipeline_stats();
+  const StageTotals& s0 = p0.cpu;
   const auto t0 = std::chrono::steady_clock::now();
   int64_t images = 0;
   for (int64_t i = 0; i < cfg.bench.steps; ++i) {
@@ -281,6 +268,8 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
   if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
+  const InputLimit limit = stats.decode == p0.decode ? input_limit(pipeline_since(stats, p0), sec) : InputLimit{};
+  add_input_limit(j, limit);
   if (gpu) {
     const GpuDecodeStats& st = stats.gpu;
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
@@ -310,6 +299,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     log::info(strprintf("bench-data: %.0f img/s with %d threads | per image (CPU): read %.0f us, decode %.0f us, "
                         "resize+flip %.0f us | %.0f%% of windows cut out by restart markers",
                         r.img_per_s, r.workers, r.read_us, r.decode_us, r.resize_us, 100 * r.cut_fraction));
+  if (!limit.stage.empty()) log::info("bench-data: what sets the pace: ", limit.stage, ": ", limit.figures);
   return r;
 }
 

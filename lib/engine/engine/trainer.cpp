@@ -678,7 +678,8 @@ void Trainer::report_epoch(int64_t epoch, const EpochTimings& et, int64_t steps,
   run_dir_->scalars(step_, {{"epoch/img_per_s", img_per_s}, {"epoch/data_wait_pct", wait_pct}});
   const PipelineStats ps = train_loader_->pipeline_stats();
   if (ps.decode == DecodeKind::gpu) {
-    const std::string d = gpu_decode_report(ps.gpu, decode_at_epoch_, 1e3 * et.wall_s / std::max<int64_t>(et.steps, 1));
+    const std::string d =
+        gpu_decode_report(ps.gpu, pipeline_at_epoch_.gpu, 1e3 * et.wall_s / std::max<int64_t>(et.steps, 1));
     if (!d.empty()) log::info(d);
   }
   for (const auto& v : bottleneck_verdicts(et)) log::warn(v);
@@ -817,7 +818,10 @@ FitResult Trainer::fit_epochs() {
     synchronize(ctx_.device);
     timer.take_seconds();
     const double copy_at_epoch = train_loader_->copy_seconds();
-    decode_at_epoch_ = train_loader_->pipeline_stats().gpu;
+    pipeline_at_epoch_ = train_loader_->pipeline_stats();
+    // data.decode auto: the epoch's stage figures mean something only if it used one path throughout
+    const bool deciding_at_epoch = train_loader_->deciding();
+    const std::string decision_at_epoch = train_loader_->decision();
     const auto t_epoch = Clock::now();
     auto t_log = t_epoch;
     int64_t images_since = 0, images_epoch = 0, micro_since = 0, micro_epoch = 0, drained_epoch = 0, steps_epoch = 0;
@@ -906,6 +910,10 @@ FitResult Trainer::fit_epochs() {
     }
     synchronize(ctx_.device);
     const double epoch_s = seconds_since(t_epoch);
+    const PipelineStats pipeline_epoch = pipeline_since(train_loader_->pipeline_stats(), pipeline_at_epoch_);
+    const bool same_path = !deciding_at_epoch && !train_loader_->deciding() &&
+                           train_loader_->decision() == decision_at_epoch &&
+                           pipeline_epoch.decode == pipeline_at_epoch_.decode;
     compute_epoch += timer.take_seconds();
     res.train_seconds += epoch_s;
     const double loss = take_train_loss();
@@ -929,6 +937,13 @@ FitResult Trainer::fit_epochs() {
     et.copy_s = ctx_.device.is_cuda() ? train_loader_->copy_seconds() - copy_at_epoch : -1;
     et.drained_steps = ctx_.device.is_cuda() ? drained_epoch : -1;
     et.starved_steps = ctx_.device.is_cuda() ? starved_epoch : -1;
+    if (same_path) {
+      const InputLimit limit = input_limit(pipeline_epoch, epoch_s);
+      if (!limit.stage.empty()) {
+        et.input_limit = str_cat(limit.stage, ": ", limit.figures);
+        et.input_advice = limit.advice;
+      }
+    }
     report_epoch(epoch, et, steps_epoch, compute_epoch, eval_text);
   }
   bar.done();

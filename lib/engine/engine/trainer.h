@@ -121,7 +121,7 @@ class Trainer {
   Precision precision_;
   Classifier model_;
   std::unique_ptr<Loader> train_loader_, eval_loader_;
-  GpuDecodeStats decode_at_epoch_;  // the training loader's GPU decode counters at the epoch's start
+  PipelineStats pipeline_at_epoch_;  // the training loader's counters at the epoch's start
   int64_t train_size_ = 0;  // the training batches' side
   std::string decode_;      // data.decode for the loaders built next: the config's, or what auto settled on
   std::unique_ptr<Optimizer> optimizer_;
