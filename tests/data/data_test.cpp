@@ -30,6 +30,7 @@
 #include "data/jpeg_encoder.h"
 #include "data/memory_loader.h"
 #include "data/pack.h"
+#include "data/sample_read.h"
 #include "data/sharding.h"
 #include "data/shards.h"
 #include "test_support/test_support.h"
@@ -1470,6 +1471,65 @@ TEST_F(Shards, DamagedMemberHeaderIsCaughtDespiteTheIndex) {
   while (l.next(b)) {
   }
   EXPECT_EQ(l.bad_samples(), 1);
+}
+
+// A batch read into one buffer (the GPU loader's): folder files and shard members side by side, each the bytes
+// read_sample_bytes gives, in one buffer of their sizes' total from the caller; a missing file, a member past its
+// shard's end and a file that changed size are named, the rest still read; the same with one thread or three.
+TEST_F(Shards, ReadBatchPutsEveryFileInOneBufferAndNamesTheOnesThatFail) {
+  test::TempDir dir;
+  const std::string root = make_folder(dir);
+  test::write_file(root + "/emu/zz_empty.jpg", "");
+  PackOptions o = in_order(root, dir.file("s"), 2);
+  o.restart_markers = false;
+  pack_dataset(o);
+  const auto folder = scan_image_folder(root).samples;
+  const auto shard = scan_shards(o.out).samples;
+  std::vector<ImageSample> batch(folder.begin(), folder.begin() + 6);
+  batch.insert(batch.end(), shard.begin() + 3, shard.begin() + 9);
+  batch.push_back(folder.back());  // the empty file
+  ImageSample missing = folder[1];
+  missing.path = root + "/cat/gone.jpg";
+  batch.push_back(missing);
+  ImageSample past_end = shard[2];
+  past_end.size = 1 << 20;  // its index says more than the shard holds (scan_shards checks indexes; this one skipped it)
+  batch.push_back(past_end);
+  std::vector<const ImageSample*> at;
+  for (const auto& s : batch) at.push_back(&s);
+  for (int threads : {1, 3}) {
+    std::vector<uint8_t> arena;
+    int calls = 0;
+    const BatchBytes r = read_batch(at, threads, [&](size_t n) {
+      ++calls;
+      arena.resize(n);
+      return arena.data();
+    });
+    EXPECT_EQ(calls, 1);
+    size_t good = 0;
+    for (size_t i = 0; i + 2 < batch.size(); ++i) {
+      std::vector<uint8_t> want;
+      read_sample_bytes(batch[i], want);
+      good += want.size();
+      ASSERT_TRUE(r.errors[i].empty()) << batch[i].name() << ": " << r.errors[i];
+      ASSERT_EQ(r.files[i].second, want.size()) << batch[i].name();
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), r.files[i].first)) << batch[i].name();
+      EXPECT_GE(r.files[i].first, arena.data());
+      EXPECT_LE(r.files[i].first + r.files[i].second, arena.data() + arena.size());
+    }
+    EXPECT_EQ(r.files[12].second, 0u) << "the empty file reads as empty, not as an error";
+    EXPECT_EQ(r.total, good + (1 << 20)) << "a slice for every file that could be sized";
+    EXPECT_EQ(arena.size(), r.total);
+    EXPECT_EQ(r.files[13].first, nullptr);
+    EXPECT_NE(r.errors[13].find("gone.jpg: cannot open"), std::string::npos) << r.errors[13];
+    EXPECT_EQ(r.files[14].first, nullptr);
+    EXPECT_NE(r.errors[14].find(":" + past_end.key + ": short read"), std::string::npos) << r.errors[14];
+  }
+  // a file's size is taken before it is read: one that changes in between is an error, not a torn read
+  const ImageSample& grows = folder[0];
+  std::vector<uint8_t> buf(sample_byte_size(grows));
+  test::write_file(grows.path, test::read_file(grows.path) + "more");
+  EXPECT_NE(error_of([&] { read_sample_into(grows, buf.data(), buf.size()); }).find("changed size while being read ("),
+            std::string::npos);
 }
 
 TEST_F(Shards, BadIndexTarAndOptionsAreClearErrors) {

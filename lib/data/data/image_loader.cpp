@@ -48,22 +48,6 @@ int64_t ns_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
 }
 
-void read_file(const std::string& path, std::vector<uint8_t>& buf) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  TRAINER_CHECK(f, path, ": cannot open");
-  std::fseek(f, 0, SEEK_END);
-  const long n = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  if (n < 0 || n > (1l << 30)) {
-    std::fclose(f);
-    TRAINER_FAIL(path, ": unreadable size");
-  }
-  buf.resize(static_cast<size_t>(n));
-  const size_t got = n ? std::fread(buf.data(), 1, buf.size(), f) : 0;
-  std::fclose(f);
-  TRAINER_CHECK(got == buf.size(), path, ": short read");
-}
-
 // The training window `win` (full-resolution pixels) in a decode at 1/d whose pixel (0, 0) is pixel (ox, oy) of the
 // scaled image and which is (w x h), rounded to whole pixels inside it.
 Rect region_in_decode(const Rect& win, int d, int ox, int oy, int w, int h) {
@@ -85,24 +69,6 @@ Rect sample_window(const ImageLoaderOptions& o, int64_t index, int64_t epoch, in
   *flip = rng.bernoulli(o.hflip);
   return r;
 }
-
-void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf) {
-  if (s.offset < 0) return read_file(s.path, buf);
-  TRAINER_CHECK(s.size <= (int64_t(1) << 30), s.name(), ": implausible size ", s.size);
-  const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
-  TRAINER_CHECK(fd >= 0, s.path, ": cannot open");
-  // the member's own tar header first (data follows it directly): its checksum catches a damaged header that
-  // the index would otherwise hide
-  uint8_t header[512];
-  const bool have_header = s.offset >= 512 && fs::pread_full(fd, s.offset - 512, sizeof(header), header) == 512;
-  buf.resize(static_cast<size_t>(s.size));
-  const size_t done = fs::pread_full(fd, s.offset, buf.size(), buf.data());
-  ::close(fd);
-  TRAINER_CHECK(have_header && tar_header_checksum_ok(header), s.name(), ": the tar header at byte ", s.offset - 512,
-                " has a bad checksum (the shard is damaged, or its index does not belong to it)");
-  TRAINER_CHECK(done == buf.size(), s.name(), ": short read (the shard is shorter than its index says)");
-}
-
 
 ImageLoader::ImageLoader(std::vector<ImageSample> samples, ImageLoaderOptions opt, torch::Device device)
     : samples_(std::move(samples)), opt_(std::move(opt)), device_(device) {

@@ -25,6 +25,7 @@
 #include "data/bad_samples.h"
 #include "data/loader.h"
 #include "data/jpeg_decoder.h"
+#include "data/sample_read.h"
 
 namespace trainer {
 
@@ -95,9 +96,6 @@ struct SampleDecodeTimes {
 SampleDecodeTimes decode_sample_output(const ImageLoaderOptions& o, int64_t index, int64_t epoch,
                                        const uint8_t* data, size_t size, const std::string& name, JpegDecoder& jpeg,
                                        RgbImage& img, uint8_t* dst);
-
-// A sample's encoded bytes: the file, or its byte range of a shard (one pread). Errors name the sample.
-void read_sample_bytes(const ImageSample& s, std::vector<uint8_t>& buf);
 
 // Decode threads fill a ring of pinned batch slots. Training: once every task of an epoch is handed out, the
 // threads go on with the next epoch's first batches (the order and draws set_epoch(epoch + 1) gives), so no epoch
