@@ -93,12 +93,12 @@ TEST(PipelineReport, TheNvjpegCallIsTheLimitWhereItTakesTheLoadersTime) {
 TEST(PipelineReport, TheReadAheadIsTheLimitWhereTheLoaderWaitsForFiles) {
   PipelineStats p = gpu_interval(9.0, 5.0, 0.2, 0.5);
   GpuDecodeStats& g = p.gpu;
-  g.ahead_ms = 10 * 14.0, g.ahead_read_ms = 10 * 3.0, g.ahead_pin_ms = 10 * 2.8, g.ahead_parse_ms = 10 * 2.1;
+  g.ahead_ms = 10 * 14.0, g.ahead_read_ms = 10 * 3.0, g.ahead_size_ms = 10 * 0.8, g.ahead_parse_ms = 10 * 2.1;
   g.ahead_share_ms = 10 * 8.0, g.ahead_share_images = 10 * 40;
   InputLimit l = input_limit(p, 0.16);
   EXPECT_EQ(l.stage, "the read-ahead");
   EXPECT_TRUE(has(l.figures, "waited 9.00 ms a batch for the next batch's files, whose read-ahead took 14.00 ms "
-                             "(read 3.00, pinned copy 2.80, header parsing 2.10, the CPU share 8.00 for 40.0 images)"))
+                             "(sizes and buffer 0.80, read 3.00, header parsing 2.10, the CPU share 8.00 for 40.0 images)"))
       << l.figures;
   EXPECT_TRUE(has(l.advice, "data.hybrid_share")) << l.advice;
 

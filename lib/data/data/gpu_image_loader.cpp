@@ -47,13 +47,13 @@ std::shared_ptr<at::cuda::GreenContext> sm_partition(torch::Device device, int s
 #endif
 
 // A JPEG or PNG file's pixels by the CPU decoders; throws Error naming `name`.
-void decode_on_host(const std::vector<uint8_t>& f, const std::string& name, RgbImage& out) {
-  TRAINER_CHECK(!f.empty(), name, ": empty file");
-  if (sniff_format(f.data(), f.size()) == ImageFormat::jpeg) {
+void decode_on_host(const uint8_t* data, size_t size, const std::string& name, RgbImage& out) {
+  TRAINER_CHECK(size > 0, name, ": empty file");
+  if (sniff_format(data, size) == ImageFormat::jpeg) {
     JpegDecoder jpeg;
-    jpeg.decode(f.data(), f.size(), JpegDecodeOptions{}, out, name);
+    jpeg.decode(data, size, JpegDecodeOptions{}, out, name);
   } else {
-    decode_png(f.data(), f.size(), out, name);
+    decode_png(data, size, out, name);
   }
 }
 
@@ -89,10 +89,10 @@ torch::Tensor upload_image(const RgbImage& r, const torch::Device& device) {
 }  // namespace
 
 struct GpuImageLoader::FileBatch {
-  std::vector<std::vector<uint8_t>> files;
+  torch::Tensor pinned;                    // the batch's files, read straight into it (read_batch)
+  GpuJpegDecoder::Files files;             // file i's bytes in `pinned`; {nullptr, 0} where it could not be read
   std::vector<std::string> read_errors;    // why file i could not be read; empty where it was
-  GpuJpegDecoder::Files in;                // what the decoder reads: the files' copy in `pinned`
-  torch::Tensor pinned;
+  GpuJpegDecoder::Files in;                // what nvJPEG reads: `files` but for the CPU threads' share
   std::vector<GpuJpegDecoder::Info> info;  // headers parsed (and crop regions checked) by the reading threads
   // training, hybrid: the CPU threads' share of the batch's JPEGs, decoded while the batch before decodes,
   // into their (S, S, 3) output as the CPU loader makes it (decode_sample_output); share_slot[i] >= 0: position i's
@@ -104,7 +104,7 @@ struct GpuImageLoader::FileBatch {
   double share = 0;                       // k over the batch's JPEGs
   // the wall time of this batch's read-ahead, the share's decode with the reading and parsing (hybrid): the host
   // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
-  double host_ms = 0, read_ms = 0, pin_ms = 0, parse_ms = 0, share_ms = 0;
+  double host_ms = 0, read_ms = 0, size_ms = 0, parse_ms = 0, share_ms = 0;
   double share_cpu_ms = 0;  // the threads' time in the share's images, summed
 };
 
@@ -339,7 +339,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   times->started.record(side);
   const auto t_decode = Clock::now();
   Decoded d = decode(files, indices, *times);
-  if (files.pinned.defined())  // the pinned copy is not reused before the side stream is past the decode
+  if (files.pinned.defined())  // the files' pinned buffer is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
   substitute_failures(d);
@@ -368,7 +368,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   stats_.ahead_read_ms += files.read_ms;
   stats_.ahead_parse_ms += files.parse_ms;
   stats_.ahead_share_ms += files.share_ms;
-  stats_.ahead_pin_ms += files.pin_ms;
+  stats_.ahead_size_ms += files.size_ms;
   stats_.ahead_share_cpu_ms += files.share_cpu_ms;
   stats_.ahead_share_images += files.share_images;
   ++stats_.host_batches;
@@ -404,35 +404,22 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   const int64_t from = q.cursor;
   const auto t = Clock::now();
   FileBatch r;
-  r.files.resize(static_cast<size_t>(count));
-  r.read_errors.resize(static_cast<size_t>(count));
-  parallel_for(count, threads, [&](int64_t i) {
-    try {
-      read_sample_bytes(samples_[static_cast<size_t>(order[static_cast<size_t>(from + i)])], r.files[static_cast<size_t>(i)]);
-    } catch (const Error& e) {
-      r.files[static_cast<size_t>(i)].clear();
-      r.read_errors[static_cast<size_t>(i)] = e.what();
-    }
+  std::vector<const ImageSample*> samples(static_cast<size_t>(count));
+  for (size_t i = 0; i < samples.size(); ++i) samples[i] = &samples_[static_cast<size_t>(order[from + i])];
+  // straight into pinned memory (the host allocator's cached blocks: no pages to fault in), which the engines read
+  BatchBytes bytes = read_batch(samples, threads, [&r](size_t n) {
+    r.pinned = torch::empty({static_cast<int64_t>(n)},
+                            torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+    return r.pinned.data_ptr<uint8_t>();
   });
-  r.read_ms = ms_since(t);
+  r.files = std::move(bytes.files);
+  r.read_errors = std::move(bytes.errors);
+  r.size_ms = bytes.size_ms;
+  r.read_ms = bytes.read_ms;
   // training, hybrid: the CPU threads' share, decoded (below) while the headers of the rest are parsed for nvJPEG
   const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
-  const auto t_pin = Clock::now();
-  // the engines read the files from pinned memory (one copy, by the reading threads); the share's are not theirs
-  auto theirs = [&](size_t i) { return r.share_slot.empty() || r.share_slot[i] < 0; };
-  std::vector<size_t> at(r.files.size() + 1, 0);
-  for (size_t i = 0; i < r.files.size(); ++i) at[i + 1] = at[i] + (theirs(i) ? r.files[i].size() : 0);
-  r.pinned = torch::empty({static_cast<int64_t>(std::max<size_t>(at.back(), 1))},
-                          torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-  uint8_t* base = r.pinned.data_ptr<uint8_t>();
-  r.in.assign(r.files.size(), {nullptr, 0});
-  parallel_for(count, threads, [&](int64_t i) {
-    const auto& f = r.files[static_cast<size_t>(i)];
-    if (!theirs(static_cast<size_t>(i))) return;
-    if (!f.empty()) std::memcpy(base + at[static_cast<size_t>(i)], f.data(), f.size());
-    r.in[static_cast<size_t>(i)] = {base + at[static_cast<size_t>(i)], f.size()};
-  });
-  r.pin_ms = ms_since(t_pin);
+  r.in = r.files;
+  for (int64_t i : share) r.in[static_cast<size_t>(i)] = {nullptr, 0};
   std::future<void> decoding;
   if (!share.empty()) decoding = std::async(std::launch::async, [&] { decode_share(q, share, r); });
   // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
@@ -464,7 +451,7 @@ std::vector<int64_t> GpuImageLoader::pick_share(FileBatch& r) const {
   int64_t candidates = 0;
   for (size_t i = 0; i < jpeg.size(); ++i) {
     const auto& f = r.files[i];
-    jpeg[i] = f.size() >= 4 && sniff_format(f.data(), f.size()) == ImageFormat::jpeg;
+    jpeg[i] = f.second >= 4 && sniff_format(f.first, f.second) == ImageFormat::jpeg;
     candidates += jpeg[i];
   }
   int64_t k;
@@ -488,15 +475,18 @@ void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_
   r.share_errors.resize(r.files.size());
   uint8_t* out = r.outputs.data_ptr<uint8_t>();
   std::vector<double> spent(static_cast<size_t>(k), 0);
-  parallel_for(k, std::max(1, opt_.workers), [&](int64_t j) {
+  const int threads = std::max(1, opt_.workers);
+  // a decoder and a decode buffer per thread, as the CPU loader's threads keep theirs
+  std::unique_ptr<JpegDecoder[]> jpeg(new JpegDecoder[static_cast<size_t>(threads)]);
+  std::vector<RgbImage> img(static_cast<size_t>(threads));
+  parallel_for_workers(k, threads, [&](int64_t j, int w) {
     const auto t_image = Clock::now();
     const auto i = static_cast<size_t>(at[static_cast<size_t>(j)]);
     const int64_t index = (*q.order)[static_cast<size_t>(q.cursor) + i];
     try {
-      JpegDecoder jpeg;
-      RgbImage img;
-      decode_sample_output(opt_, index, q.epoch, r.files[i].data(), r.files[i].size(),
-                           samples_[static_cast<size_t>(index)].name(), jpeg, img, out + j * S * S * 3);
+      decode_sample_output(opt_, index, q.epoch, r.files[i].first, r.files[i].second,
+                           samples_[static_cast<size_t>(index)].name(), jpeg[static_cast<size_t>(w)],
+                           img[static_cast<size_t>(w)], out + j * S * S * 3);
     } catch (const Error& e) {
       r.share_errors[i] = e.what();
     }
@@ -543,7 +533,8 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
         return;
       }
       try {
-        decode_on_host(files.files[i], samples_[static_cast<size_t>(indices[i])].name(), host[i]);
+        decode_on_host(files.files[i].first, files.files[i].second, samples_[static_cast<size_t>(indices[i])].name(),
+                       host[i]);
       } catch (const Error& e) {
         d.errors[i] = e.what();
       }
@@ -642,7 +633,7 @@ void GpuImageLoader::substitute_failures(Decoded& d) {
         std::vector<uint8_t> bytes;
         read_sample_bytes(s, bytes);
         RgbImage img;
-        decode_on_host(bytes, s.name(), img);
+        decode_on_host(bytes.data(), bytes.size(), s.name(), img);
         d.images[i] = upload_image(img, device_);
         d.frame[i] = Rect{0, 0, img.width, img.height};
         d.final[i] = 0;

@@ -43,9 +43,10 @@ struct GpuDecodeStats {
   // of what they decoded
   double host_nvjpeg_call_ms = 0, host_after_call_ms = 0, host_upload_ms = 0;
   // the read-ahead of each batch (beside the producer's work on the batch before; wait_for_files is what it adds):
-  // its wall time, and of it reading the files, copying them into pinned memory, parsing their headers for nvJPEG
-  // and (hybrid, beside the parsing) the CPU threads' share: its wall time, and the threads' time in its images
-  double ahead_ms = 0, ahead_read_ms = 0, ahead_pin_ms = 0, ahead_parse_ms = 0, ahead_share_ms = 0;
+  // its wall time, and of it finding the files' sizes and taking the pinned buffer, reading the files into it,
+  // parsing their headers for nvJPEG and (hybrid, beside the parsing) the CPU threads' share: its wall time, and
+  // the threads' time in its images
+  double ahead_ms = 0, ahead_read_ms = 0, ahead_size_ms = 0, ahead_parse_ms = 0, ahead_share_ms = 0;
   double ahead_share_cpu_ms = 0;
   int64_t ahead_share_images = 0;
 };

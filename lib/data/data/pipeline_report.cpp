@@ -41,7 +41,7 @@ PipelineStats pipeline_since(const PipelineStats& now, const PipelineStats& befo
   g.host_augment_ms -= g0.host_augment_ms;
   g.host_nvjpeg_call_ms -= g0.host_nvjpeg_call_ms, g.host_after_call_ms -= g0.host_after_call_ms;
   g.host_upload_ms -= g0.host_upload_ms;
-  g.ahead_ms -= g0.ahead_ms, g.ahead_read_ms -= g0.ahead_read_ms, g.ahead_pin_ms -= g0.ahead_pin_ms;
+  g.ahead_ms -= g0.ahead_ms, g.ahead_read_ms -= g0.ahead_read_ms, g.ahead_size_ms -= g0.ahead_size_ms;
   g.ahead_parse_ms -= g0.ahead_parse_ms, g.ahead_share_ms -= g0.ahead_share_ms;
   g.ahead_share_cpu_ms -= g0.ahead_share_cpu_ms, g.ahead_share_images -= g0.ahead_share_images;
   return d;
@@ -108,19 +108,19 @@ InputLimit gpu_limit(const GpuDecodeStats& g, double wall_s) {
     return out;
   }
   if (wait >= call && wait >= after && wait >= augment) {
-    const double ahead = g.ahead_ms / b, read = g.ahead_read_ms / b, pin = g.ahead_pin_ms / b;
+    const double ahead = g.ahead_ms / b, read = g.ahead_read_ms / b, sizes = g.ahead_size_ms / b;
     const double parse = g.ahead_parse_ms / b, share = g.ahead_share_ms / b;
     out.stage = "the read-ahead";
     out.figures = head + strprintf("; it waited %.2f ms a batch for the next batch's files, whose read-ahead took "
-                                   "%.2f ms (read %.2f, pinned copy %.2f, header parsing %.2f",
-                                   wait, ahead, read, pin, parse);
+                                   "%.2f ms (sizes and buffer %.2f, read %.2f, header parsing %.2f",
+                                   wait, ahead, sizes, read, parse);
     if (g.ahead_share_images > 0)
       out.figures += strprintf(", the CPU share %.2f for %.1f images", share,
                                static_cast<double>(g.ahead_share_images) / b);
     out.figures += ")";
     if (share > parse && g.ahead_share_images > 0)
       out.advice = "the CPU share is its largest part: a smaller data.hybrid_share, or data.decode: gpu";
-    else if (read >= pin && read >= parse)
+    else if (read >= sizes && read >= parse)
       out.advice = "reading the files is its largest part: data.cache_gb keeps them in RAM after their first read; "
                    "shards (trainer pack) are read in sequence";
     else

@@ -22,7 +22,7 @@ PipelineStats pipeline_since(const PipelineStats& now, const PipelineStats& befo
 //   cpu  the decode threads, where they were busy >= 75% of the interval: their time per sample by stage and the
 //        rate that gives; the largest stage (reading, decoding, crop-resize) picks the advice
 //   gpu  the loader's producer thread, where it was busy >= 75% of the interval: its time per batch, of it the
-//        largest part (waiting for the read-ahead, with that split into reading, pinned copy, header parsing and
+//        largest part (waiting for the read-ahead, with that split into sizes and buffer, reading, header parsing and
 //        the CPU share; the nvJPEG call; the CPU threads' part after it; the crop-resize launches)
 // Below 75% the pipeline's own side is named as not the limit, with its figures.
 struct InputLimit {

@@ -58,7 +58,7 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
           {"read_ahead_host_ms_per_batch",
            {{"wall", st.ahead_ms / host},
             {"read_files", st.ahead_read_ms / host},
-            {"copy_to_pinned", st.ahead_pin_ms / host},
+            {"sizes_and_pinned_buffer", st.ahead_size_ms / host},
             {"parse_headers", st.ahead_parse_ms / host},
             {"hybrid_share_beside_parsing", st.ahead_share_ms / host},
             {"hybrid_share_images", static_cast<double>(st.ahead_share_images) / host},
