@@ -51,8 +51,10 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
   std::free(buf);
 }
 
-bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name) {
+bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name,
+                             int restart_mcus) {
   TRAINER_CHECK(size > 0, name, ": empty file");
+  TRAINER_CHECK(restart_mcus >= 1, "transcode_with_restarts: restart_mcus must be at least 1");
   // one error manager for both ends: any libjpeg error or warning lands at the one setjmp below
   ErrorMgr err;
   err.warnings = 0;
@@ -100,7 +102,7 @@ bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8
   }
   jpeg_copy_critical_parameters(&src, &dst);
   dst.optimize_coding = TRUE;
-  dst.restart_interval = 1;
+  dst.restart_interval = static_cast<unsigned>(restart_mcus);
   jpeg_mem_dest(&dst, &buf, &n);
   jpeg_write_coefficients(&dst, coefficients);
   for (jpeg_saved_marker_ptr m = src.marker_list; m; m = m->next) {

@@ -20,6 +20,8 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
 // that crop decoding can cut its window out (jpeg_cut.h). APPn and COM markers (EXIF, ICC) are kept. Returns
 // false, leaving `out` alone, for CMYK/YCCK files (kept as they are); throws Error naming `name` for a file
 // libjpeg cannot read whole (corrupt or truncated data).
-bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name);
+// restart_mcus: MCUs per restart interval (jpeg_cut.h cuts where it divides the MCU row or is whole rows).
+bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name,
+                             int restart_mcus = 1);
 
 }  // namespace trainer
