@@ -13,11 +13,12 @@
 #     within about a second of SIGTERM) | fmnist (a Fashion-MNIST recipe over seeds)
 #   stepab (ResNet-50's default step against it without programmatic dependent launches (TRAINER_PDL=0) and/or the
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
-#   hybrid (the GPU decode tests, hybrid's and auto's among them, then the pipeline alone with cpu, gpu and hybrid)
+#   hybrid (all the GPU decode tests, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
 #     cpu_cached: the decoded RAM cache; auto_cached, hybrid, shards_cpu, shards_auto, ... too if named: shards_X
 #     is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with the GPU loader's kernels on
-#     N SMs, data.gpu_decode_sms) against the synthetic batch, WARMUP 40 + STEPS 200;
+#     N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second JSON as X_2) against the
+#     synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
@@ -190,8 +191,7 @@ PY
     ;;
   hybrid)  # issue 28: data.decode hybrid's GPU tests and the pipeline alone with each decode choice
     jpeg_set
-    build/tests/data/data_gpu_test --gtest_filter='GpuDecode.Hybrid*:GpuDecode.Loader*:GpuDecode.Auto*' \
-      > "$out/hybrid_test.log" 2>&1
+    build/tests/data/data_gpu_test --gtest_filter='GpuDecode.*' > "$out/hybrid_test.log" 2>&1
     grep -E "^  |OK \]|FAILED|Failure" "$out/hybrid_test.log" | head -30
     for dec in cpu gpu hybrid; do
       $T bench-data --config configs/imagenet_like.yaml --set data.decode=$dec \
@@ -206,7 +206,11 @@ PY
     for kv in ${EXTRA:-}; do b+=(--set "$kv"); done  # e.g. EXTRA=train.cuda_graph=true (with SUFFIX=_graph)
     for model in ${MODELS:-resnet18 resnet50}; do
       $T "${b[@]}" --set model.name=$model --out "$out/bench/${model}${SUFFIX:-}_synthetic.json" 2>&1 | grep "bench $model"
+      declare -A seen=()
       for dec in ${DECODES:-cpu auto gpu cpu_cached}; do
+        seen[$dec]=$(( ${seen[$dec]:-0} + 1 ))  # a decode named twice (A/B in turns): its second JSON is _2
+        tag=$dec
+        [ "${seen[$dec]}" -gt 1 ] && tag=${dec}_${seen[$dec]}
         case $dec in
           cpu_cached|auto_cached)  # the decoded RAM cache (the set fits; the warm-up is past its first epoch)
             d=(--set data.decode=${dec%_cached} --set data.cache=decoded --set data.cache_gb=8) ;;
@@ -220,7 +224,7 @@ PY
           *) d=(--set data.decode=$dec) ;;
         esac
         $T "${b[@]}" --set model.name=$model --set bench.data=pipeline "${d[@]}" \
-          --out "$out/bench/${model}${SUFFIX:-}_$dec.json" 2>&1 | grep "bench $model"
+          --out "$out/bench/${model}${SUFFIX:-}_$tag.json" 2>&1 | grep "bench $model"
       done
     done
     python3 - "$out/bench" <<'PY'
@@ -240,6 +244,8 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
         wait = f", waited {100 * d['data_wait_fraction']:.1f}%" if "data_wait_fraction" in d else ""
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
               f"{wait}{side} {d.get('decode_auto', '')}")
+        if "input_limit" in d:
+            print(f"    what sets the pace: {d['input_limit']['stage']}: {d['input_limit']['figures']}")
 PY
     ;;
   convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)
