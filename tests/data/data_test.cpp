@@ -209,6 +209,35 @@ TEST_F(Images, RestartRewriteIsLosslessAndCutDecodeEqualsPlainCropDecode) {
   EXPECT_FALSE(cut_jpeg_window(base.data(), base.size(), {40, 40, 50, 50}, 1, tmp, &at));
 }
 
+// The frame as the hybrid share's cost model reads it (headers only): every fixture's size as decoded, cuttable
+// only once rewritten with restart markers; no frame in a file that is not a JPEG or ends before its frame header.
+TEST_F(Images, FrameHeaderGivesTheSizeAndWhetherTheFileCanBeCut) {
+  for (const std::string name : {"baseline", "progressive", "gray", "cmyk", "odd", "exif", "s444", "s422"}) {
+    SCOPED_TRACE(name);
+    const auto orig = bytes_of(fixture_path(name + ".jpg"));
+    const auto m = meta()[name];
+    JpegFrame f;
+    ASSERT_TRUE(read_jpeg_frame(orig.data(), orig.size(), f));
+    EXPECT_EQ(f.width, m["w"].get<int>());
+    EXPECT_EQ(f.height, m["h"].get<int>());
+    EXPECT_FALSE(f.cuttable) << "written without restart markers";
+    std::vector<uint8_t> rst;
+    if (!transcode_with_restarts(orig.data(), orig.size(), rst, name)) continue;  // CMYK stays as it is
+    JpegFrame g;
+    ASSERT_TRUE(read_jpeg_frame(rst.data(), rst.size(), g));
+    EXPECT_EQ(g.width, f.width);
+    EXPECT_EQ(g.height, f.height);
+    EXPECT_TRUE(g.cuttable);
+  }
+  const auto base = bytes_of(fixture_path("baseline.jpg"));
+  JpegFrame f;
+  EXPECT_FALSE(read_jpeg_frame(base.data(), 40, f)) << "cut off before its frame header";
+  const std::vector<uint8_t> text = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
+  EXPECT_FALSE(read_jpeg_frame(text.data(), text.size(), f));
+  const auto png = bytes_of(fixture_path("alpha.png"));
+  EXPECT_FALSE(read_jpeg_frame(png.data(), png.size(), f));
+}
+
 // Restart intervals of several MCUs or of whole rows (other encoders' choices) are cut along their own
 // boundaries; intervals that do not tile rectangles are decoded the plain way. A marker out of sequence or a
 // truncated file is never cut past: the plain path reports it, naming the file.

@@ -1,7 +1,7 @@
 // The hybrid decode's split of a batch between the CPU threads and nvJPEG (data/decode_split.h): fixed shares,
 // the adapted share settling where both sides take as long for their part (a simulated host in whole waves of
-// threads and a GPU with a fixed latency), following a side that slows down, and its bounds; and the GPU decode
-// path's end-of-epoch line (data/pipeline_report.h).
+// threads and a GPU with a fixed latency), following a side that slows down, and its bounds; which images the host
+// takes (the cheapest for it); and the GPU decode path's end-of-epoch line (data/pipeline_report.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +83,25 @@ TEST(DecodeSplit, AdaptedShareKeepsBothSidesMeasuredAndIgnoresEmptyBatches) {
   slow_host.observe_host(1, 1000.0);
   slow_host.observe_gpu(255, 1.0);
   EXPECT_EQ(slow_host.host_count(256), 1);
+}
+
+// The host threads' share is the images cheapest for their crop decode: a cuttable file costs its bytes times the
+// window's area share, another its bytes times the mean of that and the window's bottom, a whole-image decode its
+// bytes; the k cheapest candidates in that order, earlier positions first among equals.
+TEST(DecodeSplit, TheShareIsTheImagesCheapestForTheCpuThreads) {
+  EXPECT_DOUBLE_EQ(host_decode_cost(1000, 0.25, 0.5, /*cuttable=*/true, /*crop_decode=*/true), 250);
+  EXPECT_DOUBLE_EQ(host_decode_cost(1000, 0.25, 0.5, false, true), 375);
+  EXPECT_DOUBLE_EQ(host_decode_cost(1000, 0.25, 0.5, true, false), 1000);
+  // a small window low in the image costs more than a large one at the top, unless the file can be cut
+  EXPECT_GT(host_decode_cost(1000, 0.1, 1.0, false, true), host_decode_cost(1000, 0.3, 0.4, false, true));
+  EXPECT_LT(host_decode_cost(1000, 0.1, 1.0, true, true), host_decode_cost(1000, 0.3, 0.4, true, true));
+
+  const std::vector<double> cost = {5, 1, 9, 1, 3, 0.5};
+  const std::vector<char> jpeg = {1, 1, 1, 1, 1, 0};  // the last is not a candidate (a PNG)
+  EXPECT_EQ(cheapest(cost, jpeg, 3), (std::vector<int64_t>{1, 3, 4}));
+  EXPECT_EQ(cheapest(cost, jpeg, 1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(cheapest(cost, jpeg, 0), (std::vector<int64_t>{}));
+  EXPECT_EQ(cheapest(cost, jpeg, 10), (std::vector<int64_t>{1, 3, 4, 0, 2}));
 }
 
 // The end-of-epoch line of the GPU decode path: the epoch's part of the counters, the hybrid share where there was

@@ -37,4 +37,20 @@ void DecodeSplit::observe_gpu(int64_t images, double span_ms) {
   average_into(rate_gpu_, static_cast<double>(images) / span_ms);
 }
 
+double host_decode_cost(size_t bytes, double area, double bottom, bool cuttable, bool crop_decode) {
+  const double b = static_cast<double>(bytes);
+  if (!crop_decode) return b;
+  return cuttable ? b * area : b * 0.5 * (bottom + area);
+}
+
+std::vector<int64_t> cheapest(const std::vector<double>& cost, const std::vector<char>& candidate, int64_t k) {
+  std::vector<int64_t> at;
+  for (size_t i = 0; i < cost.size() && i < candidate.size(); ++i)
+    if (candidate[i]) at.push_back(static_cast<int64_t>(i));
+  std::stable_sort(at.begin(), at.end(),
+                   [&](int64_t a, int64_t b) { return cost[static_cast<size_t>(a)] < cost[static_cast<size_t>(b)]; });
+  if (static_cast<int64_t>(at.size()) > k) at.resize(static_cast<size_t>(std::max<int64_t>(k, 0)));
+  return at;
+}
+
 }  // namespace trainer

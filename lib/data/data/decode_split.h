@@ -7,7 +7,9 @@
 // two times' shapes (a fixed latency, whole waves of threads). Each side keeps at least one image of a batch of two
 // or more so that both rates stay measured.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace trainer {
 
@@ -33,5 +35,16 @@ class DecodeSplit {
   double fixed_;
   double rate_host_ = 0, rate_gpu_ = 0;
 };
+
+// Which of a batch's images the host threads take: the cheapest for them, by what their crop decode reads (the
+// engines' time hardly depends on the window: their share keeps the costly ones). A file that jpeg_cut.h can cut
+// entropy-decodes only its window's restart intervals (~ bytes x the window's share of the area); any other file
+// entropy-decodes every row down to the window's bottom and transforms the window (~ bytes x (bottom + area) / 2,
+// the fit of crop decode times in bench/results/2026-12-05_devbox/run07); without crop decoding, the bytes.
+// area, bottom: the window's area over the image's, its last row over the image's height (both in (0, 1]).
+double host_decode_cost(size_t bytes, double area, double bottom, bool cuttable, bool crop_decode);
+// The positions of the k smallest costs among those with candidate[i] set, cheapest first (ties: the earlier
+// position); all candidates where there are at most k.
+std::vector<int64_t> cheapest(const std::vector<double>& cost, const std::vector<char>& candidate, int64_t k);
 
 }  // namespace trainer

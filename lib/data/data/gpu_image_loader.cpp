@@ -13,6 +13,7 @@
 #include "data/augment.h"
 #include "data/device_upload.h"
 #include "data/image_ops.h"
+#include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
 
 #ifdef TRAINER_WITH_NVJPEG
@@ -417,7 +418,7 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   r.size_ms = bytes.size_ms;
   r.read_ms = bytes.read_ms;
   // training, hybrid: the CPU threads' share, decoded (below) while the headers of the rest are parsed for nvJPEG
-  const std::vector<int64_t> share = opt_.train ? pick_share(r) : std::vector<int64_t>{};
+  const std::vector<int64_t> share = opt_.train ? pick_share(q, r) : std::vector<int64_t>{};
   r.in = r.files;
   for (int64_t i : share) r.in[static_cast<size_t>(i)] = {nullptr, 0};
   std::future<void> decoding;
@@ -443,25 +444,34 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   return r;
 }
 
-std::vector<int64_t> GpuImageLoader::pick_share(FileBatch& r) const {
+std::vector<int64_t> GpuImageLoader::pick_share(const EpochCursor& q, FileBatch& r) const {
   const auto B = static_cast<int64_t>(r.files.size());
   r.share_slot.assign(static_cast<size_t>(B), -1);
-  // candidates: the JPEGs that were read (what nvJPEG does not take among them is the CPU's either way)
+  // candidates: the JPEGs that were read (what nvJPEG does not take among them is the CPU's either way), each at
+  // what its crop decode costs the CPU threads (decode_split.h): the share is the cheapest k
   std::vector<char> jpeg(static_cast<size_t>(B), 0);
+  std::vector<double> cost(static_cast<size_t>(B), 0);
   int64_t candidates = 0;
   for (size_t i = 0; i < jpeg.size(); ++i) {
     const auto& f = r.files[i];
     jpeg[i] = f.second >= 4 && sniff_format(f.first, f.second) == ImageFormat::jpeg;
-    candidates += jpeg[i];
+    if (!jpeg[i]) continue;
+    ++candidates;
+    JpegFrame frame;
+    cost[i] = static_cast<double>(f.second);  // a frame we cannot read: the whole file
+    if (!read_jpeg_frame(f.first, f.second, frame)) continue;
+    bool flip = false;
+    const Rect w = window((*q.order)[static_cast<size_t>(q.cursor) + i], q.epoch, frame.width, frame.height, &flip);
+    const double area = double(w.w) * w.h / (double(frame.width) * frame.height);
+    const double bottom = double(std::min(w.y + w.h, frame.height)) / frame.height;
+    cost[i] = host_decode_cost(f.second, area, bottom, frame.cuttable, opt_.crop_decode);
   }
   int64_t k;
   {
     std::lock_guard<std::mutex> lock(mu_);
     k = split_.host_count(candidates);
   }
-  std::vector<int64_t> at;  // the last k of them
-  for (int64_t i = B; i-- > 0 && static_cast<int64_t>(at.size()) < k;)
-    if (jpeg[static_cast<size_t>(i)]) at.push_back(i);
+  const std::vector<int64_t> at = cheapest(cost, jpeg, k);
   for (size_t j = 0; j < at.size(); ++j) r.share_slot[static_cast<size_t>(at[j])] = static_cast<int>(j);
   r.share_images = static_cast<int64_t>(at.size());
   r.share = candidates > 0 ? static_cast<double>(at.size()) / static_cast<double>(candidates) : 0;

@@ -70,9 +70,10 @@ class GpuImageLoader : public Loader {
   void loop();
   // the batch at p.cursor, on the side stream, in four phases:
   void produce(const EpochCursor& p, Ready& out);
-  // 1. read (ahead) and parse headers; hybrid: the CPU threads' share (the last k JPEGs) decoded beside the parsing
+  // 1. read (ahead) and parse headers; hybrid: the CPU threads' share (the k JPEGs cheapest for them to crop-decode)
+  // decoded beside the parsing
   FileBatch read_files(const EpochCursor& p, int64_t count) const;
-  std::vector<int64_t> pick_share(FileBatch& files) const;
+  std::vector<int64_t> pick_share(const EpochCursor& p, FileBatch& files) const;
   void decode_share(const EpochCursor& p, const std::vector<int64_t>& at, FileBatch& files) const;
   const FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
   // 2. nvJPEG, the CPU threads for what it cannot take, then the hybrid share's outputs onto the device

@@ -99,6 +99,32 @@ bool scan_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto)
 
 }  // namespace
 
+bool read_jpeg_frame(const uint8_t* d, size_t n, JpegFrame& frame) {
+  frame = JpegFrame{};
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+  for (size_t p = 2; p + 4 <= n;) {
+    if (d[p] != 0xFF) return false;
+    if (d[p + 1] == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    const int m = d[p + 1];
+    const size_t len = static_cast<size_t>(be16(d + p + 2));
+    if (len < 2 || p + 2 + len > n || m == 0xDA || m == 0xD9) return false;  // a scan or the end before a frame
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {  // SOFn
+      if (len < 7) return false;
+      frame.height = be16(d + p + 5);
+      frame.width = be16(d + p + 7);
+      if (frame.width == 0 || frame.height == 0) return false;
+      RestartIndex idx;
+      frame.cuttable = read_headers(d, n, idx);
+      return true;
+    }
+    p += 2 + len;
+  }
+  return false;
+}
+
 bool index_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
   idx = RestartIndex{};
   return read_headers(d, n, idx) && scan_intervals(d, n, idx, upto);

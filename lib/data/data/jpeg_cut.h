@@ -37,6 +37,14 @@ struct RestartIndex {
 // where they must be (the caller then decodes the ordinary way, which reports any corruption).
 bool index_restart_intervals(const uint8_t* data, size_t size, RestartIndex& idx, int64_t upto = -1);
 
+// A JPEG's frame from its headers alone (a walk over the markers to the first frame header, no tables read): its
+// size, and whether cut_jpeg_window can cut it (its restart intervals qualify). False where no frame header is found.
+struct JpegFrame {
+  int width = 0, height = 0;
+  bool cuttable = false;
+};
+bool read_jpeg_frame(const uint8_t* data, size_t size, JpegFrame& frame);
+
 // The window `w` (full-resolution pixels) of `data`, to be decoded at 1/`scale_denom`, as a smaller JPEG in
 // `out`: its MCUs (at least two across), with a margin of one MCU row above (below) where the window's first
 // (last) row at that scale is the first (last) of its MCU row and the image has one there. `*at` gets the cut
