@@ -6,16 +6,17 @@
 //   T=.venv/lib/python3.11/site-packages/torch
 //   g++ -O2 -std=c++17 -Ilib/core -Ilib/data -I$T/include -I$T/include/torch/csrc/api/include \
 //     scripts/probes/restart_interval.cpp build/lib/data/libtrainer_data.a build/lib/runtime/libtrainer_runtime.a \
-//     build/lib/core/libtrainer_core.a -L$T/lib -ltorch -ltorch_cpu -lc10 -lspdlog -lfmt -ljpeg \
-//     -Wl,-rpath,$T/lib -lpthread -o /tmp/restart_interval
+//     build/lib/core/libtrainer_core.a -L$T/lib -ltorch -ltorch_cpu -lc10 -lspdlog -lfmt -ljpeg -lpng \
+//     -lopencv_imgproc -lopencv_core -Wl,-rpath,$T/lib -lpthread -o /tmp/restart_interval
 //   /tmp/restart_interval DIR [FILES] [REPEATS]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 
+#include "core/random.h"
 #include "data/image_folder.h"
+#include "data/image_ops.h"
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
 #include "data/jpeg_encoder.h"
@@ -23,21 +24,6 @@
 
 using namespace trainer;
 using Clock = std::chrono::steady_clock;
-
-// torchvision's RandomResizedCrop box: scale (0.08, 1), ratio (3/4, 4/3), 10 tries, else the centre crop
-static Rect rrc(int w, int h, std::mt19937& g) {
-  std::uniform_real_distribution<double> u(0, 1);
-  for (int t = 0; t < 10; ++t) {
-    const double area = w * h * (0.08 + 0.92 * u(g));
-    const double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * u(g));
-    const int cw = static_cast<int>(std::lround(std::sqrt(area * ratio)));
-    const int ch = static_cast<int>(std::lround(std::sqrt(area / ratio)));
-    if (cw > 0 && ch > 0 && cw <= w && ch <= h)
-      return Rect{static_cast<int>(u(g) * (w - cw + 1)), static_cast<int>(u(g) * (h - ch + 1)), cw, ch};
-  }
-  const int s = std::min(w, h);
-  return Rect{(w - s) / 2, (h - s) / 2, s, s};
-}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -52,7 +38,6 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::vector<uint8_t>>> bytes(variants.size(), std::vector<std::vector<uint8_t>>(files));
   std::vector<Rect> window(files);
   std::vector<int> used(variants.size(), 0);  // files the variant really applies to
-  std::mt19937 g(7);
   JpegDecoder jpeg;
   for (size_t f = 0; f < files; ++f) {
     read_sample_bytes(list[f], bytes[0][f]);
@@ -61,7 +46,8 @@ int main(int argc, char** argv) {
     if (!transcode_with_restarts(bytes[0][f].data(), bytes[0][f].size(), one, list[f].path, 1) ||
         !index_restart_intervals(one.data(), one.size(), idx, 0))
       continue;
-    window[f] = rrc(idx.width, idx.height, g);
+    SampleRng rng(7, 0, f);  // the loader's RandomResizedCrop draw for sample f in epoch 0
+    window[f] = draw_rrc(rng, idx.width, idx.height, 0.08, 1.0, 3.0 / 4, 4.0 / 3);
     for (size_t v = 1; v < variants.size(); ++v) {
       const int r = variants[v] < 0 ? idx.mcu_cols : variants[v];
       if (idx.mcu_cols % r != 0) {  // not a divisor of this image's row: it keeps r = 1 (not counted)

@@ -7,8 +7,8 @@
 //   T=.venv/lib/python3.11/site-packages/torch
 //   g++ -O2 -std=c++17 -Ilib/core -Ilib/data -I$T/include -I$T/include/torch/csrc/api/include \
 //     scripts/probes/share_cost.cpp build/lib/data/libtrainer_data.a build/lib/runtime/libtrainer_runtime.a \
-//     build/lib/core/libtrainer_core.a -L$T/lib -ltorch -ltorch_cpu -lc10 -lspdlog -lfmt -ljpeg \
-//     -Wl,-rpath,$T/lib -lpthread -o /tmp/share_cost
+//     build/lib/core/libtrainer_core.a -L$T/lib -ltorch -ltorch_cpu -lc10 -lspdlog -lfmt -ljpeg -lpng \
+//     -lopencv_imgproc -lopencv_core -Wl,-rpath,$T/lib -lpthread -o /tmp/share_cost
 //   /tmp/share_cost DIR [DRAWS]
 #include <algorithm>
 #include <chrono>
@@ -18,7 +18,9 @@
 #include <random>
 
 #include "data/decode_split.h"
+#include "core/random.h"
 #include "data/image_folder.h"
+#include "data/image_ops.h"
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
 #include "data/jpeg_encoder.h"
@@ -26,21 +28,6 @@
 
 using namespace trainer;
 using Clock = std::chrono::steady_clock;
-
-// torchvision's RandomResizedCrop box: scale (0.08, 1), ratio (3/4, 4/3), 10 tries, else the centre crop
-static Rect rrc(int w, int h, std::mt19937& g) {
-  std::uniform_real_distribution<double> u(0, 1);
-  for (int t = 0; t < 10; ++t) {
-    const double area = w * h * (0.08 + 0.92 * u(g));
-    const double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * u(g));
-    const int cw = static_cast<int>(std::lround(std::sqrt(area * ratio)));
-    const int ch = static_cast<int>(std::lround(std::sqrt(area / ratio)));
-    if (cw > 0 && ch > 0 && cw <= w && ch <= h)
-      return Rect{static_cast<int>(u(g) * (w - cw + 1)), static_cast<int>(u(g) * (h - ch + 1)), cw, ch};
-  }
-  const int s = std::min(w, h);
-  return Rect{(w - s) / 2, (h - s) / 2, s, s};
-}
 
 struct Timed {
   double ms, bottom, area, cost;
@@ -78,13 +65,15 @@ int main(int argc, char** argv) {
     JpegDecoder jpeg;
     std::vector<Timed> v;
     for (int rep = 0; rep < draws; ++rep)
-      for (const ImageSample& s : list) {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const ImageSample& s = list[i];
         std::vector<uint8_t> b, o;
         read_sample_bytes(s, b);
         if (restart && transcode_with_restarts(b.data(), b.size(), o, s.path)) b.swap(o);
         JpegFrame f;
         if (!read_jpeg_frame(b.data(), b.size(), f)) continue;
-        const Rect w = rrc(f.width, f.height, g);
+        SampleRng rng(3, static_cast<uint64_t>(rep), i);  // the loader's draw for sample i in epoch `rep`
+        const Rect w = draw_rrc(rng, f.width, f.height, 0.08, 1.0, 3.0 / 4, 4.0 / 3);
         JpegDecodeOptions opt;
         opt.crop = true;
         opt.window = w;

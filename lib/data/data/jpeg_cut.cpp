@@ -8,29 +8,36 @@ namespace {
 
 inline int be16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
 
-// Headers up to the first scan: frame size, sampling, restart interval. False for anything we do not cut.
-bool read_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
+// The header segments from SOI on: seg(marker, its payload, its length field, its offset) for each until seg
+// returns false (then true here); false where the data ends first or a segment is malformed.
+template <class F> bool walk_segments(const uint8_t* d, size_t n, F&& seg) {
   if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
-  size_t p = 2;
-  int components = 0, hmax = 1, vmax = 1;
-  bool have_frame = false;
-  while (p + 4 <= n) {
+  for (size_t p = 2; p + 4 <= n;) {
     if (d[p] != 0xFF) return false;
     if (d[p + 1] == 0xFF) {  // fill byte
       ++p;
       continue;
     }
-    const int m = d[p + 1];
     const size_t len = static_cast<size_t>(be16(d + p + 2));
     if (len < 2 || p + 2 + len > n) return false;
-    const uint8_t* s = d + p + 4;  // the segment's payload
+    if (!seg(d[p + 1], d + p + 4, len, p)) return true;
+    p += 2 + len;
+  }
+  return false;
+}
+
+// Headers up to the first scan: frame size, sampling, restart interval. False for anything we do not cut.
+bool read_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
+  int components = 0, hmax = 1, vmax = 1;
+  bool have_frame = false, ok = true;
+  const bool walked = walk_segments(d, n, [&](int m, const uint8_t* s, size_t len, size_t p) {
     if (m == 0xC0 || m == 0xC1) {  // baseline / extended sequential, Huffman
-      if (len < 8 || s[0] != 8) return false;
+      if (len < 8 || s[0] != 8) return ok = false;
       idx.height = be16(s + 1);
       idx.width = be16(s + 3);
       components = s[5];
       if (idx.height == 0 || idx.width == 0 || components < 1 || len < 8 + 3 * static_cast<size_t>(components))
-        return false;
+        return ok = false;
       for (int c = 0; c < components; ++c) {
         const int f = s[6 + 3 * c + 1];
         hmax = std::max(hmax, f >> 4);
@@ -39,19 +46,20 @@ bool read_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
       idx.sof_at = p;
       have_frame = true;
     } else if ((m >= 0xC2 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) || m == 0xDC) {
-      return false;  // progressive, lossless, arithmetic-coded, hierarchical, DNL
+      return ok = false;  // progressive, lossless, arithmetic-coded, hierarchical, DNL
     } else if (m == 0xDD) {
-      if (len < 4) return false;
+      if (len < 4) return ok = false;
       idx.interval = be16(s);
     } else if (m == 0xDA) {
-      if (!have_frame || idx.interval <= 0 || s[0] != components) return false;  // one scan with every component
+      if (!have_frame || idx.interval <= 0 || s[0] != components) return ok = false;  // one scan, every component
       idx.scan_at = p + 2 + len;
-      break;
-    } else if (m == 0xD9 || (m >= 0xD0 && m <= 0xD8) || m == 0x01) {
       return false;
+    } else if (m == 0xD9 || (m >= 0xD0 && m <= 0xD8) || m == 0x01) {
+      return ok = false;
     }
-    p += 2 + len;
-  }
+    return true;
+  });
+  if (!walked || !ok) return false;
   if (idx.scan_at == 0) return false;
   // a scan of one component has MCUs of one block whatever its sampling factors
   idx.mcu_w = components == 1 ? 8 : 8 * hmax;
@@ -101,28 +109,21 @@ bool scan_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto)
 
 bool read_jpeg_frame(const uint8_t* d, size_t n, JpegFrame& frame) {
   frame = JpegFrame{};
-  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
-  for (size_t p = 2; p + 4 <= n;) {
-    if (d[p] != 0xFF) return false;
-    if (d[p + 1] == 0xFF) {  // fill byte
-      ++p;
-      continue;
+  bool found = false;
+  walk_segments(d, n, [&](int m, const uint8_t* s, size_t len, size_t) {
+    if (m == 0xDA || m == 0xD9) return false;  // a scan or the end before a frame
+    if (m < 0xC0 || m > 0xCF || m == 0xC4 || m == 0xC8 || m == 0xCC) return true;
+    if (len >= 7) {  // SOFn: precision, height, width
+      frame.height = be16(s + 1);
+      frame.width = be16(s + 3);
+      found = frame.width > 0 && frame.height > 0;
     }
-    const int m = d[p + 1];
-    const size_t len = static_cast<size_t>(be16(d + p + 2));
-    if (len < 2 || p + 2 + len > n || m == 0xDA || m == 0xD9) return false;  // a scan or the end before a frame
-    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {  // SOFn
-      if (len < 7) return false;
-      frame.height = be16(d + p + 5);
-      frame.width = be16(d + p + 7);
-      if (frame.width == 0 || frame.height == 0) return false;
-      RestartIndex idx;
-      frame.cuttable = read_headers(d, n, idx);
-      return true;
-    }
-    p += 2 + len;
-  }
-  return false;
+    return false;
+  });
+  if (!found) return false;
+  RestartIndex idx;
+  frame.cuttable = read_headers(d, n, idx);
+  return true;
 }
 
 bool index_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
