@@ -209,8 +209,8 @@ TEST_F(Images, RestartRewriteIsLosslessAndCutDecodeEqualsPlainCropDecode) {
   EXPECT_FALSE(cut_jpeg_window(base.data(), base.size(), {40, 40, 50, 50}, 1, tmp, &at));
 }
 
-// The frame as the hybrid share's cost model reads it (headers only): every fixture's size as decoded, cuttable
-// only once rewritten with restart markers; no frame in a file that is not a JPEG or ends before its frame header.
+// The frame as the hybrid share's cost model reads it (headers only): every fixture's size as decoded, progressive
+// where it is, cuttable only once rewritten with restart markers; no frame in a file that is not a JPEG or ends before its frame header.
 TEST_F(Images, FrameHeaderGivesTheSizeAndWhetherTheFileCanBeCut) {
   for (const std::string name : {"baseline", "progressive", "gray", "cmyk", "odd", "exif", "s444", "s422"}) {
     SCOPED_TRACE(name);
@@ -221,6 +221,7 @@ TEST_F(Images, FrameHeaderGivesTheSizeAndWhetherTheFileCanBeCut) {
     EXPECT_EQ(f.width, m["w"].get<int>());
     EXPECT_EQ(f.height, m["h"].get<int>());
     EXPECT_FALSE(f.cuttable) << "written without restart markers";
+    EXPECT_EQ(f.progressive, name == "progressive");
     std::vector<uint8_t> rst;
     if (!transcode_with_restarts(orig.data(), orig.size(), rst, name)) continue;  // CMYK stays as it is
     JpegFrame g;
@@ -228,6 +229,7 @@ TEST_F(Images, FrameHeaderGivesTheSizeAndWhetherTheFileCanBeCut) {
     EXPECT_EQ(g.width, f.width);
     EXPECT_EQ(g.height, f.height);
     EXPECT_TRUE(g.cuttable);
+    EXPECT_FALSE(g.progressive) << "the rewrite is sequential";
   }
   const auto base = bytes_of(fixture_path("baseline.jpg"));
   JpegFrame f;

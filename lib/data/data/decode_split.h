@@ -40,7 +40,8 @@ class DecodeSplit {
 // engines' time hardly depends on the window: their share keeps the costly ones). A file that jpeg_cut.h can cut
 // entropy-decodes only its window's restart intervals (~ bytes x the window's share of the area); any other file
 // entropy-decodes every row down to the window's bottom and transforms the window (~ bytes x (bottom + area) / 2,
-// the fit of crop decode times in bench/results/2026-12-05_devbox/run07); without crop decoding, the bytes.
+// the fit of crop decode times in bench/results/2026-12-05_devbox/run07); without crop decoding (or for a
+// progressive file, which the caller prices at its bytes), the bytes.
 // area, bottom: the window's area over the image's, its last row over the image's height (both in (0, 1]).
 double host_decode_cost(size_t bytes, double area, double bottom, bool cuttable, bool crop_decode);
 // The positions of the k smallest costs among those with candidate[i] set, cheapest first (ties: the earlier

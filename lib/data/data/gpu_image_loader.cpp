@@ -458,8 +458,8 @@ std::vector<int64_t> GpuImageLoader::pick_share(const EpochCursor& q, FileBatch&
     if (!jpeg[i]) continue;
     ++candidates;
     JpegFrame frame;
-    cost[i] = static_cast<double>(f.second);  // a frame we cannot read: the whole file
-    if (!read_jpeg_frame(f.first, f.second, frame)) continue;
+    cost[i] = static_cast<double>(f.second);  // a frame we cannot read, or progressive: the whole file
+    if (!read_jpeg_frame(f.first, f.second, frame) || frame.progressive) continue;
     bool flip = false;
     const Rect w = window((*q.order)[static_cast<size_t>(q.cursor) + i], q.epoch, frame.width, frame.height, &flip);
     const double area = double(w.w) * w.h / (double(frame.width) * frame.height);

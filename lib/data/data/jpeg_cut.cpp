@@ -118,6 +118,7 @@ bool read_jpeg_frame(const uint8_t* d, size_t n, JpegFrame& frame) {
       frame.width = be16(s + 3);
       found = frame.width > 0 && frame.height > 0;
     }
+    frame.progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE;
     return false;
   });
   if (!found) return false;

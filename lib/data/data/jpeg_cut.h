@@ -38,9 +38,11 @@ struct RestartIndex {
 bool index_restart_intervals(const uint8_t* data, size_t size, RestartIndex& idx, int64_t upto = -1);
 
 // A JPEG's frame from its headers alone (a walk over the markers to the first frame header, no tables read): its
-// size, and whether cut_jpeg_window can cut it (its restart intervals qualify). False where no frame header is found.
+// size, whether it is progressive (a crop decode reads all of it), and whether cut_jpeg_window can cut it (its
+// restart intervals qualify). False where no frame header is found.
 struct JpegFrame {
   int width = 0, height = 0;
+  bool progressive = false;
   bool cuttable = false;
 };
 bool read_jpeg_frame(const uint8_t* data, size_t size, JpegFrame& frame);
