@@ -90,6 +90,22 @@ TEST(PipelineReport, TheNvjpegCallIsTheLimitWhereItTakesTheLoadersTime) {
   EXPECT_TRUE(has(l.advice, "data.cache: decoded")) << l.advice;
 }
 
+// A measured case: ResNet-18 from JPEGs with data.decode gpu on an H100 (bench/results/2026-12-05_h100/run93,
+// resnet18_gpu.json: 201 batches at 15.93 ms, the producer's figures per batch): the nvJPEG call is named.
+TEST(PipelineReport, Run93sGpuDecodeIsBoundByTheNvjpegCall) {
+  PipelineStats p = gpu_interval(0.194, 15.261, 0.072, 0.183);
+  GpuDecodeStats& g = p.gpu;
+  const double b = 201;
+  g.host_batches = g.batches = 201;
+  g.gpu = 201 * 256;
+  g.host_read_wait_ms = b * 0.194, g.host_nvjpeg_call_ms = b * 15.261, g.host_after_call_ms = b * 0.072;
+  g.host_decode_ms = b * 15.405, g.host_augment_ms = b * 0.183;
+  const InputLimit l = input_limit(p, b * 15.933e-3);
+  EXPECT_EQ(l.stage, "the nvJPEG call");
+  EXPECT_TRUE(has(l.figures, "busy 99% of the time, 15.78 ms of the 15.93 ms a batch took")) << l.figures;
+  EXPECT_TRUE(has(l.figures, "15.26 ms in the nvJPEG call for 256 images (16775 img/s)")) << l.figures;
+}
+
 TEST(PipelineReport, TheReadAheadIsTheLimitWhereTheLoaderWaitsForFiles) {
   PipelineStats p = gpu_interval(9.0, 5.0, 0.2, 0.5);
   GpuDecodeStats& g = p.gpu;
