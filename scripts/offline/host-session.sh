@@ -15,7 +15,7 @@
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (all the GPU decode tests, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
-#     cpu_cached: the decoded RAM cache; auto_cached, hybrid, shards_cpu, shards_auto, ... too if named: shards_X
+#     cpu_cached: the decoded RAM cache; auto_cached, hybrid, hybrid_sNN (a fixed share of NN%), shards_cpu, ... too if named: shards_X
 #     is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with the GPU loader's kernels on
 #     N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second JSON as X_2) against the
 #     synthetic batch, WARMUP 40 + STEPS 200;
@@ -219,6 +219,8 @@ PY
               $T pack --src data/imagenet_like/train --out data/imagenet_like_shards/train > "$out/pack.log" 2>&1
             d=(--set data.source=shards --set data.root=data/imagenet_like_shards --set data.eval_split=
                --set data.decode=${dec#shards_}) ;;
+          hybrid_s*)  # e.g. hybrid_s12: data.decode hybrid at a fixed share of 0.12 of each batch (data.hybrid_share)
+            d=(--set data.decode=hybrid --set data.hybrid_share=$(awk "BEGIN{print ${dec#hybrid_s} / 100}")) ;;
           *_sms*)  # e.g. gpu_sms16: the GPU loader's kernels on a green context of 16 SMs (data.gpu_decode_sms)
             d=(--set data.decode=${dec%_sms*} --set data.gpu_decode_sms=${dec##*_sms}) ;;
           *) d=(--set data.decode=$dec) ;;
