@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <stdexcept>
 #include <vector>
@@ -94,6 +95,38 @@ TEST(Parallel, EveryIndexOnceAndErrorsReachTheCaller) {
                std::runtime_error);
   EXPECT_LT(calls.load(), 100000) << "the others stop taking indices after the error";
   parallel_for(0, 4, [&](int64_t) { FAIL() << "no index in an empty range"; });
+}
+
+// Each call's worker numbers belong to one thread each (per-worker decoders and buffers rely on it), with calls
+// made at once from several threads and from inside a loop's body; the pool does not grow with calls in turn.
+TEST(Parallel, CallsAtOnceAndNestedKeepTheirWorkersApart) {
+  auto one_call = [](int threads, int64_t n, std::atomic<int>& clashes, const std::function<void(int64_t)>& also) {
+    std::vector<std::atomic<std::thread::id>> owner(static_cast<size_t>(threads));
+    parallel_for_workers(n, threads, [&](int64_t i, int worker) {
+      std::thread::id none, me = std::this_thread::get_id();
+      auto& o = owner[static_cast<size_t>(worker)];
+      if (!o.compare_exchange_strong(none, me) && none != me) clashes.fetch_add(1);
+      also(i);
+    });
+  };
+  std::atomic<int> clashes{0};
+  std::atomic<int64_t> inner_sum{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep)
+        one_call(6, 64, clashes, [&](int64_t i) {
+          if (i % 16 == 0) one_call(3, 10, clashes, [&](int64_t j) { inner_sum.fetch_add(j); });
+        });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(clashes.load(), 0) << "two threads shared a worker number within one call";
+  EXPECT_EQ(inner_sum.load(), 4 * 50 * 4 * 45) << "every nested call covered its range once";
+  std::atomic<int> ignored{0};
+  one_call(8, 1000, ignored, [](int64_t) {});
+  const int threads = pool_threads();
+  for (int rep = 0; rep < 200; ++rep) one_call(8, 1000, ignored, [](int64_t) {});
+  EXPECT_EQ(pool_threads(), threads) << "calls one after another reuse the pool's threads";
 }
 
 

@@ -1,18 +1,27 @@
-// A fork-join loop over [0, n) on a few short-lived threads, each index taken once from a shared counter (the
-// GPU loader's file reading and header parsing, `trainer pack`). The first exception a call throws stops the
-// others taking new indices and is rethrown on the calling thread once every thread has joined.
+// A fork-join loop over [0, n): each index taken once from a shared counter by the calling thread and a few of a
+// process-wide pool of persistent threads (the GPU loader's file reading, header parsing and hybrid share,
+// `trainer pack`). The first exception a call throws stops the others taking new indices and is rethrown on the
+// calling thread once every thread that took part is done. Calls may come from several threads at once and from
+// inside a loop's body: the caller always works through the range itself, so a call never waits on a busy pool.
 #pragma once
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
-#include <thread>
-#include <vector>
 
 namespace trainer {
 
-// fn(i, worker) for every i in [0, n); worker is the calling thread's number, 0 .. threads - 1 (0 is the caller).
+// work(worker) on the calling thread as worker 0 and on up to `helpers` of the pool's threads, each with its own
+// number in 1 .. helpers; returns once every thread that took part has returned. The pool grows to what the calls
+// in flight ask for (capped); a helper that has not joined by the time the caller is done is not waited for.
+// work must not throw.
+void run_on_pool(int helpers, const std::function<void(int)>& work);
+
+// The pool's thread count (tests: it does not grow with calls made one after another).
+int pool_threads();
+
+// fn(i, worker) for every i in [0, n); worker is the thread's number, 0 .. threads - 1 (0 is the caller).
 template <class F> void parallel_for_workers(int64_t n, int threads, F&& fn) {
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
@@ -26,10 +35,12 @@ template <class F> void parallel_for_workers(int64_t n, int threads, F&& fn) {
       next.store(n);
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int64_t>(threads, n); ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& t : pool) t.join();
+  const int64_t helpers = (threads < n ? threads : n) - 1;
+  if (helpers <= 0) {
+    work(0);
+  } else {
+    run_on_pool(static_cast<int>(helpers), work);
+  }
   if (error) std::rethrow_exception(error);
 }
 
