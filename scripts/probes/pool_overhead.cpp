@@ -1,5 +1,5 @@
 // What a fork-join call costs its caller: parallel_for over 256 items of about W microseconds of arithmetic each,
-// on T threads, with threads started and joined for every call (the loop until 2026-12-06) against the
+// on T threads, with threads started and joined for every call against the
 // process-wide pool of core/parallel.h; the median of 400 calls each, and the same work on one thread.
 //
 //   g++ -O2 -std=c++17 -Ilib/core scripts/probes/pool_overhead.cpp lib/core/core/parallel.cpp -lpthread \
