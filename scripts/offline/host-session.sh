@@ -15,10 +15,10 @@
 #     space-to-depth stem (model.stem_s2d=false), PyTorch in the same call; PROFILE=1: default vs neither, profiled)
 #   hybrid (all the GPU decode tests, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
-#     cpu_cached: the decoded RAM cache; auto_cached, hybrid, hybrid_sNN (a fixed share of NN%), shards_cpu, ... too if named: shards_X
-#     is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with the GPU loader's kernels on
-#     N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second JSON as X_2) against the
-#     synthetic batch, WARMUP 40 + STEPS 200;
+#     cpu_cached: the decoded RAM cache; auto_cached, hybrid, hybrid_sNN (a fixed share of NN%), shards_cpu, ...
+#     too if named: shards_X is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with
+#     the GPU loader's kernels on N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second
+#     JSON as X_2) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)

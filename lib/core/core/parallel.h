@@ -13,9 +13,9 @@
 namespace trainer {
 
 // work(worker) on the calling thread as worker 0 and on up to `helpers` of the pool's threads, each with its own
-// number in 1 .. helpers; returns once every thread that took part has returned. The pool grows to what the calls
-// in flight ask for (capped); a helper that has not joined by the time the caller is done is not waited for.
-// work must not throw.
+// number in 1 .. helpers (none: work(0) here alone); returns once every thread that took part has returned. The
+// pool grows to what the calls in flight ask for (capped); a helper that has not joined by the time the caller is
+// done is not waited for. work must not throw.
 void run_on_pool(int helpers, const std::function<void(int)>& work);
 
 // The pool's thread count (tests: it does not grow with calls made one after another).
@@ -35,12 +35,7 @@ template <class F> void parallel_for_workers(int64_t n, int threads, F&& fn) {
       next.store(n);
     }
   };
-  const int64_t helpers = (threads < n ? threads : n) - 1;
-  if (helpers <= 0) {
-    work(0);
-  } else {
-    run_on_pool(static_cast<int>(helpers), work);
-  }
+  run_on_pool(static_cast<int>((threads < n ? threads : n) - 1), work);
   if (error) std::rethrow_exception(error);
 }
 
