@@ -1,0 +1,244 @@
+// What bounds nvJPEG's batched hardware decode call, the GPU loader's pace beside training: the host thread (then
+// its CPU time is the call's wall time, and a second thread with its own state doubles the rate), the engines
+// (neither CPU contention nor a second thread change it), or the SMs the call's kernels share (a busy GPU slows
+// it). Decodes batches of 256 crop windows (RandomResizedCrop's draws) of DIR's JPEGs on 1, 2 or 4 threads, each
+// with its own handle, state and stream, while S threads spin on the CPU and/or another stream keeps the SMs
+// (a compute kernel) or the memory (device copies) busy; per call: wall and thread CPU time, then the stream sync.
+//
+//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread -o /tmp/nvjpeg_call
+//   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
+// (with "none" alone and a training run beside it: the call against a real step)
+#include <cuda_runtime.h>
+#include <nvjpeg.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CK(x)                                                                                        \
+  do {                                                                                               \
+    cudaError_t e_ = (x);                                                                            \
+    if (e_ != cudaSuccess) {                                                                         \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+#define NJ(x)                                                                                        \
+  do {                                                                                               \
+    nvjpegStatus_t e_ = (x);                                                                         \
+    if (e_ != NVJPEG_STATUS_SUCCESS) {                                                               \
+      std::fprintf(stderr, "%s:%d nvJPEG status %d\n", __FILE__, __LINE__, static_cast<int>(e_));    \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+namespace {
+
+constexpr int kBatch = 256;
+constexpr int kCalls = 24;  // timed batches of 256 a configuration (after 3 untimed)
+
+double now_ms(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+struct Image {
+  std::vector<unsigned char> bytes;
+  int x = 0, y = 0, w = 0, h = 0;  // the crop window
+};
+
+// RandomResizedCrop(224)'s window draw: area 8-100%, aspect 3/4-4/3, else the centre
+void draw_window(Image& im, int width, int height, std::mt19937& rng) {
+  std::uniform_real_distribution<double> area(0.08, 1.0), logr(std::log(3.0 / 4), std::log(4.0 / 3));
+  for (int t = 0; t < 10; ++t) {
+    const double a = area(rng) * width * height, r = std::exp(logr(rng));
+    const int w = static_cast<int>(std::round(std::sqrt(a * r))), h = static_cast<int>(std::round(std::sqrt(a / r)));
+    if (w > 0 && h > 0 && w <= width && h <= height) {
+      im.w = w, im.h = h;
+      im.x = std::uniform_int_distribution<int>(0, width - w)(rng);
+      im.y = std::uniform_int_distribution<int>(0, height - h)(rng);
+      return;
+    }
+  }
+  im.w = std::min(width, height), im.h = im.w, im.x = (width - im.w) / 2, im.y = (height - im.h) / 2;
+}
+
+std::vector<Image> load(const std::string& dir, nvjpegHandle_t handle, size_t count) {
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".jpg") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  if (paths.size() > count) paths.resize(count);
+  std::mt19937 rng(7);
+  std::vector<Image> out;
+  for (const auto& p : paths) {
+    std::ifstream f(p, std::ios::binary);
+    Image im;
+    im.bytes.assign(std::istreambuf_iterator<char>(f), {});
+    int comps = 0, w[4], h[4];
+    nvjpegChromaSubsampling_t ss;
+    if (nvjpegGetImageInfo(handle, im.bytes.data(), im.bytes.size(), &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS)
+      continue;
+    draw_window(im, w[0], h[0], rng);
+    out.push_back(std::move(im));
+  }
+  return out;
+}
+
+struct CallTimes {
+  double wall = 0, cpu = 0, sync = 0;
+};
+
+struct Decoder {
+  nvjpegHandle_t handle;
+  nvjpegJpegState_t state;
+  cudaStream_t stream;
+  std::vector<nvjpegDecodeParams_t> params;
+  unsigned char* buffer = nullptr;
+
+  explicit Decoder(int n, size_t bytes) : params(n) {
+    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &handle));
+    NJ(nvjpegJpegStateCreate(handle, &state));
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (auto& p : params) {
+      NJ(nvjpegDecodeParamsCreate(handle, &p));
+      NJ(nvjpegDecodeParamsSetOutputFormat(p, NVJPEG_OUTPUT_RGBI));
+    }
+    CK(cudaMalloc(&buffer, bytes));
+  }
+  ~Decoder() {
+    for (auto p : params) nvjpegDecodeParamsDestroy(p);
+    nvjpegJpegStateDestroy(state);
+    nvjpegDestroy(handle);
+    cudaStreamDestroy(stream);
+    cudaFree(buffer);
+  }
+
+  CallTimes decode(const std::vector<Image>& set, size_t first, int n) {
+    std::vector<const unsigned char*> data(n);
+    std::vector<size_t> lengths(n);
+    std::vector<nvjpegImage_t> dst(n);
+    size_t offset = 0;
+    for (int j = 0; j < n; ++j) {
+      const Image& im = set[(first + j) % set.size()];
+      data[j] = im.bytes.data(), lengths[j] = im.bytes.size();
+      dst[j] = nvjpegImage_t{};
+      dst[j].channel[0] = buffer + offset, dst[j].pitch[0] = static_cast<size_t>(im.w) * 3;
+      offset += static_cast<size_t>(im.w) * im.h * 3;
+      NJ(nvjpegDecodeParamsSetROI(params[j], im.x, im.y, im.w, im.h));
+    }
+    CallTimes t;
+    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
+    NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, NVJPEG_OUTPUT_RGBI));
+    NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
+    const double w1 = now_ms(CLOCK_MONOTONIC);
+    t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+    CK(cudaStreamSynchronize(stream));
+    t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
+    return t;
+  }
+};
+
+__global__ void burn(float* x, int iters) {
+  float a = x[threadIdx.x], b = 1.0001f;
+  for (int i = 0; i < iters; ++i) a = a * b + 1e-7f;
+  if (a == 12345.f) x[threadIdx.x] = a;
+}
+
+// keeps the GPU busy on its own stream until stop: "sm" a compute kernel on every SM, "mem" device copies
+void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t bytes = size_t(1) << 29;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemset(a, 0, bytes));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  while (!stop.load()) {
+    for (int i = 0; i < 4; ++i) {
+      if (kind == "sm")
+        burn<<<sms * 8, 256, 0, s>>>(static_cast<float*>(a), 20000);
+      else
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    }
+    CK(cudaStreamSynchronize(s));
+  }
+  cudaFree(a), cudaFree(b), cudaStreamDestroy(s);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void run(const std::vector<Image>& set, const std::string& load_kind, int spin, int threads) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> background;
+  for (int i = 0; i < spin; ++i)
+    background.emplace_back([&] {
+      volatile double x = 1;
+      while (!stop.load(std::memory_order_relaxed)) x = x * 1.0000001 + 1e-9;
+    });
+  if (load_kind != "none") background.emplace_back([&] { gpu_load(load_kind, stop); });
+  const int per = kBatch / threads;
+  std::vector<std::vector<CallTimes>> times(threads);
+  std::vector<std::thread> workers;
+  double wall0 = 0;
+  std::atomic<int> ready{0};
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      Decoder d(per, size_t(per) * 1024 * 1024 * 3);
+      for (int c = 0; c < 3; ++c) d.decode(set, size_t(t) * per, per);
+      ready.fetch_add(1);
+      while (ready.load() < threads) std::this_thread::yield();
+      for (int c = 0; c < kCalls; ++c) times[t].push_back(d.decode(set, size_t(c * kBatch + t * per), per));
+    });
+  while (ready.load() < threads) std::this_thread::yield();
+  wall0 = now_ms(CLOCK_MONOTONIC);
+  for (auto& w : workers) w.join();
+  const double wall = now_ms(CLOCK_MONOTONIC) - wall0;
+  stop.store(true);
+  for (auto& b : background) b.join();
+  std::vector<double> w, c, s;
+  for (const auto& tt : times)
+    for (const auto& x : tt) w.push_back(x.wall), c.push_back(x.cpu), s.push_back(x.sync);
+  std::printf("load %-4s spin %2d threads %d: %6.0f img/s | a call of %3d: %6.2f ms wall, %6.2f ms thread CPU, "
+              "then %5.2f ms stream sync\n",
+              load_kind.c_str(), spin, threads, kCalls * kBatch / wall * 1e3, per, median(w), median(c), median(s));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR [spin threads] [loads: none sm mem]\n", argv[0]);
+    return 2;
+  }
+  const int spin = argc > 2 ? std::atoi(argv[2]) : 14;
+  nvjpegHandle_t h;
+  NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
+  const std::vector<Image> set = load(argv[1], h, 4096);
+  nvjpegDestroy(h);
+  std::printf("%zu JPEGs from %s\n", set.size(), argv[1]);
+  std::vector<std::string> loads;
+  for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
+  if (loads.empty()) loads = {"none", "sm", "mem"};
+  for (const std::string& kind : loads)
+    for (int s : {0, spin})
+      for (int t : {1, 2, 4}) run(set, kind, s, t);
+  return 0;
+}
