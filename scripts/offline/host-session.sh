@@ -33,7 +33,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 mkdir -p "$out"
 source .gpu-deps/install-debs.sh > /dev/null
-T=build/apps/trainer/trainer
+T=${T:-build/apps/trainer/trainer}  # another binary for A/B in one call
 jpeg_set() {
   [ -d data/imagenet_like ] || python3 scripts/make_imagenet_like.py .gpu-deps/photos data/imagenet_like \
     --train 4000 --val 500 > "$out/dataset.txt"

@@ -3,11 +3,18 @@
 // (neither CPU contention nor a second thread change it), or the SMs the call's kernels share (a busy GPU slows
 // it). Decodes batches of 256 crop windows (RandomResizedCrop's draws) of DIR's JPEGs on 1, 2 or 4 threads, each
 // with its own handle, state and stream, while S threads spin on the CPU and/or another stream keeps the SMs
-// (a compute kernel) or the memory (device copies) busy; per call: wall and thread CPU time, then the stream sync.
+// (a compute kernel) or the memory (device copies) busy; per call: wall and thread CPU time, then the stream sync,
+// and the spread of the calls (min, median, mean, 90th percentile, max).
+// The handle's memory comes from one of three allocators (ALLOC): "default" (nvJPEG's own: cudaMalloc and
+// cudaHostAlloc, whose frees wait for the whole device), "count" (the same calls, counted and timed: how often a
+// call allocates after the warm-up, and what that costs), "cache" (the trainer's EventBlockCache: blocks reused
+// once the stream has passed their release, nothing freed, nothing waits for the device).
 //
-//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread -o /tmp/nvjpeg_call
+//   nvcc -O2 -std=c++17 -Ilib/data -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread \
+//     -o /tmp/nvjpeg_call
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
-// (with "none" alone and a training run beside it: the call against a real step)
+// Environment: ALLOCS="default count cache" (which allocators), THREADS="1 2 4", SPINS="0 S",
+// BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning).
 #include <cuda_runtime.h>
 #include <nvjpeg.h>
 #include <time.h>
@@ -20,10 +27,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "data/event_block_cache.h"
 
 #define CK(x)                                                                                        \
   do {                                                                                               \
@@ -45,7 +57,7 @@
 namespace {
 
 constexpr int kBatch = 256;
-constexpr int kCalls = 24;  // timed batches of 256 a configuration (after 3 untimed)
+constexpr int kCalls = 48;  // timed batches of 256 a configuration (after 3 untimed)
 
 double now_ms(clockid_t clock) {
   timespec t;
@@ -96,6 +108,80 @@ std::vector<Image> load(const std::string& dir, nvjpegHandle_t handle, size_t co
   return out;
 }
 
+
+// --- the handle's allocators ---------------------------------------------------------------------------------
+struct AllocStats {
+  std::atomic<long> dev{0}, pinned{0}, dev_bytes{0}, pinned_bytes{0};
+  std::atomic<long> us{0};  // wall time inside the allocator functions (mallocs and frees)
+  void reset() { dev = 0, pinned = 0, dev_bytes = 0, pinned_bytes = 0, us = 0; }
+};
+AllocStats g_alloc;
+
+struct Timer {
+  double t0 = now_ms(CLOCK_MONOTONIC);
+  ~Timer() { g_alloc.us += static_cast<long>((now_ms(CLOCK_MONOTONIC) - t0) * 1e3); }
+};
+
+int count_dev_malloc(void*, void** p, size_t n, cudaStream_t) {
+  Timer t;
+  g_alloc.dev++, g_alloc.dev_bytes += static_cast<long>(n);
+  return cudaMalloc(p, n) == cudaSuccess ? 0 : 1;
+}
+int count_dev_free(void*, void* p, size_t, cudaStream_t) {
+  Timer t;
+  return cudaFree(p) == cudaSuccess ? 0 : 1;
+}
+int count_pinned_malloc(void*, void** p, size_t n, cudaStream_t) {
+  Timer t;
+  g_alloc.pinned++, g_alloc.pinned_bytes += static_cast<long>(n);
+  return cudaHostAlloc(p, n, cudaHostAllocDefault) == cudaSuccess ? 0 : 1;
+}
+int count_pinned_free(void*, void* p, size_t, cudaStream_t) {
+  Timer t;
+  return cudaFreeHost(p) == cudaSuccess ? 0 : 1;
+}
+
+// the trainer's allocator (lib/data/data/event_block_cache.h): blocks kept and reused once the releasing stream has
+// passed their release; never freed here (the process ends first)
+trainer::EventBlockCache* g_dev_cache = new trainer::EventBlockCache(trainer::EventBlockCache::Kind::device);
+trainer::EventBlockCache* g_pinned_cache = new trainer::EventBlockCache(trainer::EventBlockCache::Kind::pinned);
+
+int cache_dev_malloc(void*, void** p, size_t n, cudaStream_t) {
+  Timer t;
+  g_alloc.dev++, g_alloc.dev_bytes += static_cast<long>(n);
+  *p = g_dev_cache->allocate(n);
+  return *p ? 0 : 1;
+}
+int cache_dev_free(void*, void* p, size_t, cudaStream_t s) {
+  Timer t;
+  return g_dev_cache->release(p, s) ? 0 : 1;
+}
+int cache_pinned_malloc(void*, void** p, size_t n, cudaStream_t) {
+  Timer t;
+  g_alloc.pinned++, g_alloc.pinned_bytes += static_cast<long>(n);
+  *p = g_pinned_cache->allocate(n);
+  return *p ? 0 : 1;
+}
+int cache_pinned_free(void*, void* p, size_t, cudaStream_t s) {
+  Timer t;
+  return g_pinned_cache->release(p, s) ? 0 : 1;
+}
+
+nvjpegHandle_t make_handle(const std::string& alloc) {
+  nvjpegHandle_t h = nullptr;
+  if (alloc == "default") {
+    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
+    return h;
+  }
+  const bool cache = alloc == "cache";
+  nvjpegDevAllocatorV2_t dev{cache ? cache_dev_malloc : count_dev_malloc, cache ? cache_dev_free : count_dev_free,
+                             nullptr};
+  nvjpegPinnedAllocatorV2_t pinned{cache ? cache_pinned_malloc : count_pinned_malloc,
+                                   cache ? cache_pinned_free : count_pinned_free, nullptr};
+  NJ(nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev, &pinned, 0, &h));
+  return h;
+}
+
 struct CallTimes {
   double wall = 0, cpu = 0, sync = 0;
 };
@@ -107,8 +193,8 @@ struct Decoder {
   std::vector<nvjpegDecodeParams_t> params;
   unsigned char* buffer = nullptr;
 
-  explicit Decoder(int n, size_t bytes) : params(n) {
-    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &handle));
+  Decoder(int n, size_t bytes, const std::string& alloc) : params(n) {
+    handle = make_handle(alloc);
     NJ(nvjpegJpegStateCreate(handle, &state));
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (auto& p : params) {
@@ -184,7 +270,18 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-void run(const std::vector<Image>& set, const std::string& load_kind, int spin, int threads) {
+// min, median, mean, 90th percentile and max of a sample
+std::string spread(std::vector<double> v) {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  char b[128];
+  std::snprintf(b, sizeof b, "%.2f / %.2f / %.2f / %.2f / %.2f", v.front(), v[v.size() / 2], mean,
+                v[v.size() * 9 / 10], v.back());
+  return b;
+}
+
+void run(const std::vector<Image>& set, const std::string& load_kind, int spin, int threads, const std::string& alloc) {
   std::atomic<bool> stop{false};
   std::vector<std::thread> background;
   for (int i = 0; i < spin; ++i)
@@ -200,24 +297,36 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
   std::atomic<int> ready{0};
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([&, t] {
-      Decoder d(per, size_t(per) * 1024 * 1024 * 3);
+      Decoder d(per, size_t(per) * 1024 * 1024 * 3, alloc);
       for (int c = 0; c < 3; ++c) d.decode(set, size_t(t) * per, per);
       ready.fetch_add(1);
       while (ready.load() < threads) std::this_thread::yield();
       for (int c = 0; c < kCalls; ++c) times[t].push_back(d.decode(set, size_t(c * kBatch + t * per), per));
     });
   while (ready.load() < threads) std::this_thread::yield();
+  g_alloc.reset();
   wall0 = now_ms(CLOCK_MONOTONIC);
   for (auto& w : workers) w.join();
   const double wall = now_ms(CLOCK_MONOTONIC) - wall0;
   stop.store(true);
   for (auto& b : background) b.join();
-  std::vector<double> w, c, s;
+  std::vector<double> w, c, s, all;
   for (const auto& tt : times)
-    for (const auto& x : tt) w.push_back(x.wall), c.push_back(x.cpu), s.push_back(x.sync);
-  std::printf("load %-4s spin %2d threads %d: %6.0f img/s | a call of %3d: %6.2f ms wall, %6.2f ms thread CPU, "
-              "then %5.2f ms stream sync\n",
-              load_kind.c_str(), spin, threads, kCalls * kBatch / wall * 1e3, per, median(w), median(c), median(s));
+    for (const auto& x : tt)
+      w.push_back(x.wall), c.push_back(x.cpu), s.push_back(x.sync), all.push_back(x.wall + x.sync);
+  const long calls = static_cast<long>(threads) * kCalls;
+  std::printf("alloc %-7s load %-4s spin %2d threads %d: %6.0f img/s | a call of %3d: %6.2f ms wall, %6.2f ms thread "
+              "CPU, then %5.2f ms stream sync | call + sync min/median/mean/p90/max %s ms | allocations a call: "
+              "device %.2f (%.1f MB), pinned %.2f (%.1f MB), %.2f ms in the allocator\n",
+              alloc.c_str(), load_kind.c_str(), spin, threads, kCalls * kBatch / wall * 1e3, per, median(w),
+              median(c), median(s), spread(all).c_str(), double(g_alloc.dev) / calls,
+              double(g_alloc.dev_bytes) / calls / 1e6, double(g_alloc.pinned) / calls,
+              double(g_alloc.pinned_bytes) / calls / 1e6, double(g_alloc.us) / calls / 1e3);
+  if (alloc == "cache")
+    std::printf("    cache: device %ld blocks taken from CUDA, %ld reused, %.1f MB; pinned %ld, %ld, %.1f MB (whole run)\n",
+                g_dev_cache->stats().allocated, g_dev_cache->stats().reused, g_dev_cache->stats().bytes / 1e6,
+                g_pinned_cache->stats().allocated, g_pinned_cache->stats().reused,
+                g_pinned_cache->stats().bytes / 1e6);
   std::fflush(stdout);
 }
 
@@ -229,6 +338,28 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int spin = argc > 2 ? std::atoi(argv[2]) : 14;
+  auto words = [](const char* env, std::vector<std::string> fallback) {
+    const char* v = std::getenv(env);
+    if (!v || !*v) return fallback;
+    std::vector<std::string> out;
+    std::string cur;
+    for (const char* q = v;; ++q) {
+      if (*q == ' ' || *q == 0) {
+        if (!cur.empty()) out.push_back(cur);
+        cur.clear();
+        if (*q == 0) break;
+      } else {
+        cur += *q;
+      }
+    }
+    return out;
+  };
+  if (const char* b = std::getenv("BLOCKING"); b && std::string(b) == "1")
+    CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+  const std::vector<std::string> allocs = words("ALLOCS", {"default", "count", "cache"});
+  std::vector<int> thread_counts, spins;
+  for (const auto& t : words("THREADS", {"1", "2", "4"})) thread_counts.push_back(std::atoi(t.c_str()));
+  for (const auto& t : words("SPINS", {"0", std::to_string(spin)})) spins.push_back(std::atoi(t.c_str()));
   nvjpegHandle_t h;
   NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
   const std::vector<Image> set = load(argv[1], h, 4096);
@@ -238,7 +369,8 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
   for (const std::string& kind : loads)
-    for (int s : {0, spin})
-      for (int t : {1, 2, 4}) run(set, kind, s, t);
+    for (const std::string& alloc : allocs)
+      for (int s : spins)
+        for (int t : thread_counts) run(set, kind, s, t, alloc);
   return 0;
 }
