@@ -3,17 +3,14 @@
 // (neither CPU contention nor a second thread change it), or the SMs the call's kernels share (a busy GPU slows
 // it). Decodes batches of 256 crop windows (RandomResizedCrop's draws) of DIR's JPEGs on 1, 2 or 4 threads, each
 // with its own handle, state and stream, while S threads spin on the CPU and/or another stream keeps the SMs
-// (a compute kernel) or the memory (device copies) busy; per call: wall and thread CPU time, then the stream sync,
-// and the spread of the calls (min, median, mean, 90th percentile, max).
-// The handle's memory comes from one of three allocators (ALLOC): "default" (nvJPEG's own: cudaMalloc and
-// cudaHostAlloc, whose frees wait for the whole device), "count" (the same calls, counted and timed: how often a
-// call allocates after the warm-up, and what that costs), "cache" (the trainer's EventBlockCache: blocks reused
-// once the stream has passed their release, nothing freed, nothing waits for the device).
+// (a compute kernel; "legacy": longer ones on the legacy default stream) or the memory (device copies) busy; per
+// call: wall and thread CPU time, then the stream sync, and the spread of the calls (min, median, mean, 90th
+// percentile, max). The handle's memory comes from nvJPEG's own allocators ("default") or from the same CUDA calls
+// counted and timed ("count": how often a call allocates after the warm-up, and what that costs).
 //
-//   nvcc -O2 -std=c++17 -Ilib/data -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread \
-//     -o /tmp/nvjpeg_call
+//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread -o /tmp/nvjpeg_call
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
-// Environment: ALLOCS="default count cache" (which allocators), THREADS="1 2 4", SPINS="0 S",
+// Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
 // BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning).
 #include <cuda_runtime.h>
 #include <nvjpeg.h>
@@ -27,15 +24,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <map>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "data/event_block_cache.h"
 
 #define CK(x)                                                                                        \
   do {                                                                                               \
@@ -141,43 +134,14 @@ int count_pinned_free(void*, void* p, size_t, cudaStream_t) {
   return cudaFreeHost(p) == cudaSuccess ? 0 : 1;
 }
 
-// the trainer's allocator (lib/data/data/event_block_cache.h): blocks kept and reused once the releasing stream has
-// passed their release; never freed here (the process ends first)
-trainer::EventBlockCache* g_dev_cache = new trainer::EventBlockCache(trainer::EventBlockCache::Kind::device);
-trainer::EventBlockCache* g_pinned_cache = new trainer::EventBlockCache(trainer::EventBlockCache::Kind::pinned);
-
-int cache_dev_malloc(void*, void** p, size_t n, cudaStream_t) {
-  Timer t;
-  g_alloc.dev++, g_alloc.dev_bytes += static_cast<long>(n);
-  *p = g_dev_cache->allocate(n);
-  return *p ? 0 : 1;
-}
-int cache_dev_free(void*, void* p, size_t, cudaStream_t s) {
-  Timer t;
-  return g_dev_cache->release(p, s) ? 0 : 1;
-}
-int cache_pinned_malloc(void*, void** p, size_t n, cudaStream_t) {
-  Timer t;
-  g_alloc.pinned++, g_alloc.pinned_bytes += static_cast<long>(n);
-  *p = g_pinned_cache->allocate(n);
-  return *p ? 0 : 1;
-}
-int cache_pinned_free(void*, void* p, size_t, cudaStream_t s) {
-  Timer t;
-  return g_pinned_cache->release(p, s) ? 0 : 1;
-}
-
 nvjpegHandle_t make_handle(const std::string& alloc) {
   nvjpegHandle_t h = nullptr;
   if (alloc == "default") {
     NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
     return h;
   }
-  const bool cache = alloc == "cache";
-  nvjpegDevAllocatorV2_t dev{cache ? cache_dev_malloc : count_dev_malloc, cache ? cache_dev_free : count_dev_free,
-                             nullptr};
-  nvjpegPinnedAllocatorV2_t pinned{cache ? cache_pinned_malloc : count_pinned_malloc,
-                                   cache ? cache_pinned_free : count_pinned_free, nullptr};
+  nvjpegDevAllocatorV2_t dev{count_dev_malloc, count_dev_free, nullptr};
+  nvjpegPinnedAllocatorV2_t pinned{count_pinned_malloc, count_pinned_free, nullptr};
   NJ(nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev, &pinned, 0, &h));
   return h;
 }
@@ -242,10 +206,11 @@ __global__ void burn(float* x, int iters) {
   if (a == 12345.f) x[threadIdx.x] = a;
 }
 
-// keeps the GPU busy on its own stream until stop: "sm" a compute kernel on every SM, "mem" device copies
+// keeps the GPU busy on its own stream until stop: "sm" a compute kernel on every SM, "mem" device copies;
+// "legacy" the compute kernel on the legacy default stream (where LibTorch's default stream puts a training step)
 void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = cudaStreamLegacy;
+  if (kind != "legacy") CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const size_t bytes = size_t(1) << 29;
   void *a, *b;
   CK(cudaMalloc(&a, bytes));
@@ -255,14 +220,15 @@ void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   while (!stop.load()) {
     for (int i = 0; i < 4; ++i) {
-      if (kind == "sm")
-        burn<<<sms * 8, 256, 0, s>>>(static_cast<float*>(a), 20000);
+      if (kind == "sm" || kind == "legacy")
+        burn<<<sms * 8, 256, 0, s>>>(static_cast<float*>(a), kind == "legacy" ? 2000000 : 20000);
       else
         CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
     }
     CK(cudaStreamSynchronize(s));
   }
-  cudaFree(a), cudaFree(b), cudaStreamDestroy(s);
+  cudaFree(a), cudaFree(b);
+  if (kind != "legacy") cudaStreamDestroy(s);
 }
 
 double median(std::vector<double> v) {
@@ -322,11 +288,6 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
               median(c), median(s), spread(all).c_str(), double(g_alloc.dev) / calls,
               double(g_alloc.dev_bytes) / calls / 1e6, double(g_alloc.pinned) / calls,
               double(g_alloc.pinned_bytes) / calls / 1e6, double(g_alloc.us) / calls / 1e3);
-  if (alloc == "cache")
-    std::printf("    cache: device %ld blocks taken from CUDA, %ld reused, %.1f MB; pinned %ld, %ld, %.1f MB (whole run)\n",
-                g_dev_cache->stats().allocated, g_dev_cache->stats().reused, g_dev_cache->stats().bytes / 1e6,
-                g_pinned_cache->stats().allocated, g_pinned_cache->stats().reused,
-                g_pinned_cache->stats().bytes / 1e6);
   std::fflush(stdout);
 }
 
@@ -356,7 +317,7 @@ int main(int argc, char** argv) {
   };
   if (const char* b = std::getenv("BLOCKING"); b && std::string(b) == "1")
     CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
-  const std::vector<std::string> allocs = words("ALLOCS", {"default", "count", "cache"});
+  const std::vector<std::string> allocs = words("ALLOCS", {"default", "count"});
   std::vector<int> thread_counts, spins;
   for (const auto& t : words("THREADS", {"1", "2", "4"})) thread_counts.push_back(std::atoi(t.c_str()));
   for (const auto& t : words("SPINS", {"0", std::to_string(spin)})) spins.push_back(std::atoi(t.c_str()));

@@ -1,21 +1,16 @@
 // GPU decode (data.decode: gpu, label gpu): nvJPEG against the CPU decoder, the batched crop-resize kernel
 // against ATen, the GPU loader against the CPU loader (order, crops, bad files), its epoch hand-over, and the auto
-// loader switching between the two, and the block cache nvJPEG allocates from. Each test skips without a CUDA
-// device or without nvJPEG in the build.
+// loader switching between the two. Each test skips without a CUDA device or without nvJPEG in the build.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/check.h"
 #include "core/fs.h"
 #include "data/auto_loader.h"
-#include "data/event_block_cache.h"
 #include "data/gpu_image_loader.h"
 #include "data/image_folder.h"
 #include "data/image_loader.h"
@@ -134,54 +129,6 @@ TEST(GpuDecode, DecodeNeverOverwritesMemoryQueuedWorkStillReads) {
   }
   EXPECT_EQ(wrong, 0) << "the decode wrote into memory a queued read still used, in " << wrong << " of 20 tries ("
                       << (gpu.hardware() ? "hardware engines" : "default backend") << ")";
-}
-
-// nvJPEG's memory: a released block comes back only once the work queued on its stream before the release has run
-// (a stream held by a host function that waits for a flag), then it is reused, not allocated again; sizes share
-// power-of-two classes; a pointer the cache did not hand out is refused.
-TEST(GpuDecode, BlockCacheReusesABlockOnlyAfterItsStreamPassedTheRelease) {
-  REQUIRE_GPU();
-  torch::Device dev(torch::kCUDA, 0);
-  (void)torch::zeros({1}, torch::TensorOptions().device(dev));  // the device's context current on this thread
-  for (const auto kind : {EventBlockCache::Kind::device, EventBlockCache::Kind::pinned}) {
-    EventBlockCache cache(kind);
-    cudaStream_t s = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-    std::atomic<bool> go{false};
-    ASSERT_EQ(cudaLaunchHostFunc(
-                  s, [](void* flag) { while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield(); },
-                  &go),
-              cudaSuccess);
-    void* a = cache.allocate(100000);
-    ASSERT_NE(a, nullptr);
-    ASSERT_TRUE(cache.release(a, s));               // queued behind the held host function
-    void* b = cache.allocate(100000);               // a's release has not run: a new block
-    ASSERT_NE(b, nullptr);
-    EXPECT_NE(b, a) << "a block was handed out while work queued before its release had not run";
-    EXPECT_EQ(cache.stats().allocated, 2);
-    go = true;
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    void* c = cache.allocate(120000);               // same class (128 KiB), a's release has run
-    EXPECT_EQ(c, a);
-    EXPECT_EQ(cache.stats().allocated, 2);
-    EXPECT_EQ(cache.stats().reused, 1);
-    int local = 0;
-    EXPECT_FALSE(cache.release(&local, s));
-    ASSERT_TRUE(cache.release(b, s));
-    ASSERT_TRUE(cache.release(c, s));
-    void* big = cache.allocate(1 << 20);            // larger than any held block: allocated
-    EXPECT_NE(big, a);
-    EXPECT_NE(big, b);
-    EXPECT_EQ(cache.stats().allocated, 3);
-    EXPECT_EQ(cache.stats().bytes, size_t(2 * 131072 + (1 << 20)));
-    if (kind == EventBlockCache::Kind::device) {     // the memory is usable where it claims to be
-      EXPECT_EQ(cudaMemsetAsync(big, 7, 1 << 20, s), cudaSuccess);
-    } else {
-      std::memset(big, 7, 1 << 20);
-    }
-    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    cudaStreamDestroy(s);
-  }
 }
 
 TEST(GpuDecode, NvjpegPixelsMatchTheCpuDecoder) {

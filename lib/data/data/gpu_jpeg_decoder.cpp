@@ -12,8 +12,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nvjpeg.h>
-
-#include "data/event_block_cache.h"
 #endif
 
 namespace trainer {
@@ -27,22 +25,7 @@ bool gpu_decode_available() { return true; }
     TRAINER_CHECK(st_ == NVJPEG_STATUS_SUCCESS, "nvJPEG ", what, " failed (status ", int(st_), ")"); \
   } while (0)
 
-namespace {
-// nvJPEG's own allocators are cudaMalloc / cudaFree and cudaHostAlloc / cudaFreeHost, called inside the decode
-// calls; the frees wait for every stream's queued work, the training step's included. These keep the blocks.
-int cached_malloc(void* cache, void** p, size_t n, cudaStream_t) {
-  *p = static_cast<EventBlockCache*>(cache)->allocate(n);
-  return *p ? 0 : 1;
-}
-int cached_free(void* cache, void* p, size_t, cudaStream_t s) {
-  return static_cast<EventBlockCache*>(cache)->release(p, s) ? 0 : 1;
-}
-}  // namespace
-
 struct GpuJpegDecoder::Impl {
-  // declared before the handle: destroyed after it (nvjpegDestroy hands its blocks back)
-  EventBlockCache device_blocks{EventBlockCache::Kind::device};
-  EventBlockCache pinned_blocks{EventBlockCache::Kind::pinned};
   nvjpegHandle_t handle = nullptr;
   // Two decode states used in turn, so a batch can be submitted while the previous one is still decoding; a state
   // is reused only after the event recorded behind its last decode has passed. Two suffice: more states, more
@@ -79,12 +62,10 @@ struct GpuJpegDecoder::Impl {
 GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Impl>()), device_(device) {
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs a CUDA device");
   c10::cuda::CUDAGuard guard(device.index());
-  nvjpegDevAllocatorV2_t dev{cached_malloc, cached_free, &impl_->device_blocks};
-  nvjpegPinnedAllocatorV2_t pinned{cached_malloc, cached_free, &impl_->pinned_blocks};
-  if (nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev, &pinned, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
+  if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
     impl_->hardware = true;
   } else {
-    TRAINER_NVJPEG(nvjpegCreateExV2(NVJPEG_BACKEND_DEFAULT, &dev, &pinned, 0, &impl_->handle), "create");
+    TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
   }
   {
     static std::mutex mu;
