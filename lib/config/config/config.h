@@ -22,6 +22,7 @@ struct RunConfig {
   std::string progress = "auto";
   bool tensorboard = true;
   std::string profile;
+  bool own_stream = true;
 };
 
 struct ModelConfig {
