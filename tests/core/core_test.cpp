@@ -86,14 +86,23 @@ TEST(Parallel, EveryIndexOnceAndErrorsReachTheCaller) {
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << i << ", " << threads << " threads";
     EXPECT_EQ(bad_worker.load(), 0);
   }
-  std::atomic<int> calls{0};
+  // each other index takes 20 us, so a thread of the throwing call descheduled for a while (2 cores, 4 threads)
+  // cannot see the others finish the range before it throws
+  std::atomic<int> calls{0}, after{0};
+  std::atomic<bool> thrown{false};
   EXPECT_THROW(parallel_for(100000, 4,
                             [&](int64_t i) {
                               calls.fetch_add(1);
-                              if (i == 10) throw std::runtime_error("sample 10 is bad");
+                              if (thrown.load()) after.fetch_add(1);
+                              if (i == 10) {
+                                thrown.store(true);
+                                throw std::runtime_error("sample 10 is bad");
+                              }
+                              std::this_thread::sleep_for(std::chrono::microseconds(20));
                             }),
                std::runtime_error);
   EXPECT_LT(calls.load(), 100000) << "the others stop taking indices after the error";
+  EXPECT_LT(after.load(), 1000) << "indices begun after the error was thrown";
   parallel_for(0, 4, [&](int64_t) { FAIL() << "no index in an empty range"; });
 }
 
