@@ -26,6 +26,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,7 +101,6 @@ std::vector<Image> load(const std::string& dir, nvjpegHandle_t handle, size_t co
   }
   return out;
 }
-
 
 // --- the handle's allocators ---------------------------------------------------------------------------------
 struct AllocStats {
@@ -302,18 +302,8 @@ int main(int argc, char** argv) {
   auto words = [](const char* env, std::vector<std::string> fallback) {
     const char* v = std::getenv(env);
     if (!v || !*v) return fallback;
-    std::vector<std::string> out;
-    std::string cur;
-    for (const char* q = v;; ++q) {
-      if (*q == ' ' || *q == 0) {
-        if (!cur.empty()) out.push_back(cur);
-        cur.clear();
-        if (*q == 0) break;
-      } else {
-        cur += *q;
-      }
-    }
-    return out;
+    std::istringstream in(v);
+    return std::vector<std::string>(std::istream_iterator<std::string>(in), std::istream_iterator<std::string>());
   };
   if (const char* b = std::getenv("BLOCKING"); b && std::string(b) == "1")
     CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
