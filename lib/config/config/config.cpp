@@ -274,6 +274,9 @@ Schema fields_of(Config& c) {
   s.add_bool("train.cuda_graph", &c.train.cuda_graph,
              "replay the whole train step (forward, backward, optimizer) as one CUDA graph; one GPU, "
              "accum_steps 1");
+  s.add_int("train.steps_ahead", &c.train.steps_ahead,
+            "on a GPU: the optimizer steps the host may queue before the device has run them (it then waits for "
+            "the oldest); 0 = no bound", at_least(0));
 
   s.section_docs["checkpoint"] = "checkpoints in <run folder>/checkpoints and resuming";
   s.add_int("checkpoint.every_steps", &c.checkpoint.every_steps, "write every N optimizer steps, 0 = off", at_least(0));

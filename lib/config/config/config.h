@@ -123,6 +123,7 @@ struct TrainConfig {
   double mix_prob = 1.0;
   double mix_switch_prob = 0.5;
   bool cuda_graph = false;
+  int64_t steps_ahead = 0;
 };
 
 struct CheckpointConfig {

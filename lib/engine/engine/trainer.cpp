@@ -114,6 +114,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, bool with_data) : cfg_(cfg),
   if (cfg.optim.lr_base_batch > 0 && ctx_.rank == 0)
     log::info("lr ", cfg.optim.lr, " x global batch ", global_batch, " / optim.lr_base_batch ", cfg.optim.lr_base_batch,
               " = ", peak_lr);
+  ahead_ = std::make_unique<StepsAhead>(ctx_.device, static_cast<int>(cfg.train.steps_ahead));
   schedule_ = std::make_unique<LrSchedule>(cfg.optim, steps_per_epoch, steps_per_epoch * cfg.train.epochs, peak_lr);
   auto f = torch::TensorOptions().dtype(torch::kFloat32).device(ctx_.device);
   if (ctx_.device.is_cuda()) lr_device_ = torch::zeros({}, f);
@@ -154,6 +155,7 @@ bool Trainer::train_step(const Batch& batch, int64_t group_size) {
     }
     if (graph_) {
       graph_->replay(images, targets);
+      ahead_->mark();
       ++step_;
       return true;
     }
@@ -163,6 +165,7 @@ bool Trainer::train_step(const Batch& batch, int64_t group_size) {
   if (++micro_ < group_) return false;
   micro_ = 0;
   optimizer_step();
+  ahead_->mark();
   ++step_;
   return true;
 }

@@ -21,6 +21,7 @@
 #include "engine/optimizer.h"
 #include "engine/schedule.h"
 #include "models/classifier.h"
+#include "runtime/steps_ahead.h"
 
 namespace trainer {
 
@@ -131,6 +132,7 @@ class Trainer {
   std::unique_ptr<RunDir> run_dir_;
   std::unique_ptr<BatchMixer> mixer_;    // train.mixup_alpha / cutmix_alpha
   std::unique_ptr<StepGraph> graph_;     // train.cuda_graph: the captured step
+  std::unique_ptr<StepsAhead> ahead_;    // train.steps_ahead
   torch::Tensor lr_device_;              // CUDA: this step's lr, read by the optimizer kernels
   int64_t start_epoch_ = 0;      // where fit() begins (set by resume)
   int64_t start_batch_ = 0;
