@@ -207,7 +207,8 @@ __global__ void burn(float* x, int iters) {
 }
 
 // keeps the GPU busy on its own stream until stop: "sm" a compute kernel on every SM, "mem" device copies;
-// "legacy" the compute kernel on the legacy default stream (where LibTorch's default stream puts a training step)
+// "legacy" the compute kernel on the legacy default stream (where LibTorch's default stream puts a training step),
+// "flood" short kernels launched far ahead of the GPU (the launch queue full)
 void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
   cudaStream_t s = cudaStreamLegacy;
   if (kind != "legacy") CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -219,6 +220,11 @@ void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   while (!stop.load()) {
+    if (kind == "flood") {  // the launch queue kept full, as a host that runs ahead of its GPU keeps it
+      for (int i = 0; i < 20000 && !stop.load(); ++i) burn<<<sms, 256, 0, s>>>(static_cast<float*>(a), 2000);
+      CK(cudaStreamSynchronize(s));
+      continue;
+    }
     for (int i = 0; i < 4; ++i) {
       if (kind == "sm" || kind == "legacy")
         burn<<<sms * 8, 256, 0, s>>>(static_cast<float*>(a), kind == "legacy" ? 2000000 : 20000);
