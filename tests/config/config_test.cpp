@@ -194,10 +194,6 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   EXPECT_EQ(error_for({"data.decode=hybrid", "data.hybrid_share=0.4"}, true, 1), "");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_sms=-8"}, true, 1), "'data.gpu_decode_sms'");
   EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_sms=16"}, true, 1), "");
-  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_batches=0"}, true, 1), "'data.gpu_decode_batches'");
-  EXPECT_EQ(error_for({"data.decode=auto", "data.gpu_decode_batches=2"}, true, 1), "");
-  expect_has(error_for({"data.decode=cpu", "data.gpu_decode_batches=2"}, true, 1),
-             "'data.gpu_decode_batches': groups the GPU decode path's nvJPEG calls; data.decode is cpu");
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_sms=16"}, true, 1),
              "'data.gpu_decode_sms': sets the SMs of the GPU decode path; data.decode is cpu");
   EXPECT_EQ(error_for({}, false, 4), "");

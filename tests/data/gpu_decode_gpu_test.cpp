@@ -494,39 +494,6 @@ TEST(GpuDecode, LoaderOnAFewSmsGivesTheSameBatches) {
   }
 }
 
-// data.gpu_decode_batches: several batches decoded by one nvJPEG call and resized by one launch are handed out as
-// the same batches, one by one, as one call a batch makes them: over an epoch boundary, from a resume mid-epoch (the
-// groups then start elsewhere) and in evaluation (whose last batch is short).
-TEST(GpuDecode, GroupedCallsGiveTheSameBatches) {
-  REQUIRE_NVJPEG();
-  test::TempDir dir;
-  const auto list = scan_image_folder(write_mixed_set(dir));
-  torch::Device dev(torch::kCUDA, 0);
-  for (bool train : {true, false}) {
-    ImageLoaderOptions o = mixed_set_options(train);
-    GpuImageLoader one(list.samples, o, dev);
-    o.decode_batches = 3;
-    GpuImageLoader grouped(list.samples, o, dev);
-    int64_t batches = 0;
-    for (std::pair<int64_t, int64_t> at : {std::make_pair(0, 0), {1, 0}, {2, 1}}) {
-      one.set_epoch(at.first, at.second);
-      grouped.set_epoch(at.first, at.second);
-      Batch a, b;
-      while (one.next(a)) {
-        const std::string where = str_cat(train ? "training" : "evaluation", " epoch ", at.first, " batch ", batches);
-        ASSERT_TRUE(grouped.next(b)) << where;
-        ++batches;
-        EXPECT_EQ(a.indices, b.indices) << where;
-        EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu())) << where;
-        ASSERT_EQ(a.images.sizes(), b.images.sizes()) << where;
-        EXPECT_TRUE(torch::allclose(a.images.cpu(), b.images.cpu(), 1e-5, 1e-5)) << where;
-      }
-      EXPECT_FALSE(grouped.next(b));
-    }
-    EXPECT_GT(batches, 4) << (train ? "training" : "evaluation");
-  }
-}
-
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
 // within the paths' tolerance, and closer than its bilinear resize does.
 TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {

@@ -73,7 +73,6 @@ struct DataConfig {
   std::string decode = "auto";
   double hybrid_share = -1;
   int64_t gpu_decode_sms = 0;
-  int64_t gpu_decode_batches = 1;
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

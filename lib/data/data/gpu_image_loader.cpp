@@ -141,7 +141,6 @@ struct GpuImageLoader::BatchTimes {
   at::cuda::CUDAEvent started{cudaEventDefault}, engines{cudaEventDefault}, decoded{cudaEventDefault},
       done{cudaEventDefault};
   int64_t by_gpu = 0;  // the images nvJPEG decoded in the span started..engines
-  int64_t batches = 1;  // the training batches made in the span (opt.decode_batches)
   void engines_done() { engines.record(c10::cuda::getCurrentCUDAStream()); }
 };
 #else
@@ -262,11 +261,13 @@ void GpuImageLoader::loop() {
         producing_ = std::move(next);
         continue;
       }
-      std::vector<std::unique_ptr<Ready>> made;
-      produce(p, made);
+      auto r = std::make_unique<Ready>();
+      r->epoch = p.epoch;
+      produce(p, *r);
+      const int64_t made = std::min(opt_.batch_size, p.total - p.cursor);
       std::lock_guard<std::mutex> lock(mu_);
-      producing_.cursor = p.cursor + group_size(p);
-      for (auto& r : made) queue_.push_back(std::move(r));
+      producing_.cursor = p.cursor + made;
+      queue_.push_back(std::move(r));
       cv_.notify_all();
     }
   } catch (...) {
@@ -322,15 +323,11 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   start();
 }
 
-// ---- making a group of batches ----
-
-int64_t GpuImageLoader::group_size(const EpochCursor& p) const {
-  return std::min(opt_.batch_size * std::max(1, opt_.decode_batches), p.total - p.cursor);
-}
+// ---- making one batch ----
 
 #ifdef TRAINER_WITH_NVJPEG
-void GpuImageLoader::produce(const EpochCursor& p, std::vector<std::unique_ptr<Ready>>& out) {
-  const int64_t B = group_size(p);
+void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
+  const int64_t B = std::min(opt_.batch_size, p.total - p.cursor);
   const auto t_read = Clock::now();
   const FileBatch& files = take_files(p, B);
   const double read_wait_ms = ms_since(t_read);
@@ -351,24 +348,15 @@ void GpuImageLoader::produce(const EpochCursor& p, std::vector<std::unique_ptr<R
   times->decoded.record(side);
 
   const auto t_augment = Clock::now();
-  const torch::Tensor images = crop_resize_normalize(d, p.epoch);
+  r.batch.images = crop_resize_normalize(d, p.epoch);
   std::vector<int64_t> labels(d.index.size());
   for (size_t i = 0; i < labels.size(); ++i)
     labels[i] = d.index[i] < 0 ? -1 : samples_[static_cast<size_t>(d.index[i])].label;
-  const torch::Tensor on_device = upload(torch::tensor(labels, torch::kInt64), device_);
-  for (int64_t at = 0; at < B; at += opt_.batch_size) {  // the group's batches: views of its tensors
-    const int64_t n = std::min(opt_.batch_size, B - at);
-    auto r = std::make_unique<Ready>();
-    r->epoch = p.epoch;
-    r->batch.images = images.narrow(0, at, n);
-    r->batch.labels = on_device.narrow(0, at, n);
-    r->batch.indices.assign(d.index.begin() + at, d.index.begin() + at + n);
-    out.push_back(std::move(r));
-  }
+  r.batch.labels = upload(torch::tensor(labels, torch::kInt64), device_);
+  r.batch.indices = std::move(d.index);
   const double augment_host_ms = ms_since(t_augment);
-  for (auto& r : out) r->done.record(side);
+  r.done.record(side);
   times->done.record(side);
-  times->batches = static_cast<int64_t>(out.size());
 
   std::lock_guard<std::mutex> lock(mu_);
   stats_.host_read_wait_ms += read_wait_ms;
@@ -384,7 +372,7 @@ void GpuImageLoader::produce(const EpochCursor& p, std::vector<std::unique_ptr<R
   stats_.ahead_size_ms += files.size_ms;
   stats_.ahead_share_cpu_ms += files.share_cpu_ms;
   stats_.ahead_share_images += files.share_images;
-  stats_.host_batches += static_cast<int64_t>(out.size());
+  ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
   stats_.gpu_cropped += d.cropped;
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
@@ -402,12 +390,12 @@ void GpuImageLoader::collect_times() {
     stats_.decode_ms += t.started.elapsed_time(t.decoded);
     split_.observe_gpu(t.by_gpu, t.started.elapsed_time(t.engines));
     stats_.augment_ms += t.decoded.elapsed_time(t.done);
-    stats_.batches += t.batches;
+    ++stats_.batches;
     times_.pop_front();
   }
 }
 #else
-void GpuImageLoader::produce(const EpochCursor&, std::vector<std::unique_ptr<Ready>>&) { TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG"); }
+void GpuImageLoader::produce(const EpochCursor&, Ready&) { TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG"); }
 void GpuImageLoader::collect_times() {}
 #endif
 
@@ -531,7 +519,7 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
   if (next.cursor < next.total) {
     a.epoch = next.epoch;
     a.cursor = next.cursor;
-    const int64_t n = group_size(next);
+    const int64_t n = std::min(opt_.batch_size, next.total - next.cursor);
     a.pending = std::async(std::launch::async, [this, next, n] { return read_files(next, n); });
   }
   return a.current;

@@ -68,10 +68,8 @@ class GpuImageLoader : public Loader {
   void start();
   void stop();
   void loop();
-  // the samples from p.cursor one nvJPEG call takes: opt.decode_batches batches, not past the epoch's end
-  int64_t group_size(const EpochCursor& p) const;
-  // the batches of the group at p.cursor, on the side stream, in four phases:
-  void produce(const EpochCursor& p, std::vector<std::unique_ptr<Ready>>& out);
+  // the batch at p.cursor, on the side stream, in four phases:
+  void produce(const EpochCursor& p, Ready& out);
   // 1. read (ahead) and parse headers; hybrid: the CPU threads' share (the k JPEGs cheapest for them to crop-decode)
   // decoded beside the parsing
   FileBatch read_files(const EpochCursor& p, int64_t count) const;

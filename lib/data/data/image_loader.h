@@ -68,10 +68,6 @@ struct ImageLoaderOptions {
   // granularity, 8 on Hopper), so that its many short blocks cannot take the whole GPU from the training step's
   // kernels; 0: the side stream may use every SM (the default: no partition was faster, bench/NOTES.md)
   int decode_sms = 0;
-  // GPU decode (GpuImageLoader) only: this many consecutive batches of an epoch decoded by one nvJPEG call and
-  // resized by one launch (then handed out one by one): beside training the call's length hardly follows its
-  // image count, so a larger call decodes more images in the same time
-  int decode_batches = 1;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +
