@@ -159,7 +159,6 @@ int run(int argc, char** argv) {
   const DistEnv denv = parse_dist_env(env);
   RunContext ctx;
   ctx.device = select_device(cfg.run.device, denv.local_rank);
-  if (cfg.run.own_stream) use_own_stream(ctx.device);
   std::unique_ptr<DistContext> dist;
   if (denv.launcher != "none") {  // also for world size 1: the same code path as a real job
     log::set_rank(denv.rank, denv.world_size);

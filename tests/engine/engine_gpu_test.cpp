@@ -8,7 +8,6 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include <chrono>
 #include <functional>
@@ -78,29 +77,6 @@ void train_a_few_steps(const Config& c) {
 TEST(Gpu, Bf16StepsResNet50ChannelsLast) {
   REQUIRE_GPU();
   train_a_few_steps(gpu_config("resnet50", "bf16"));
-}
-
-// run.own_stream: the thread's work leaves the legacy default stream for a non-blocking stream that no pool
-// hand-out returns, and eager and captured steps still fit a batch on it (on a thread of its own: the current
-// stream is the thread's, so the other tests keep the default one).
-TEST(Gpu, OwnStreamIsNonBlockingAndStepsRunOnIt) {
-  REQUIRE_GPU();
-  std::thread([] {
-    const torch::Device dev(torch::kCUDA, 0);
-    use_own_stream(dev);
-    const c10::cuda::CUDAStream own = c10::cuda::getCurrentCUDAStream(0);
-    EXPECT_NE(own.stream(), nullptr);
-    EXPECT_NE(own, c10::cuda::getDefaultCUDAStream(0));
-    unsigned flags = 0;
-    ASSERT_EQ(cudaStreamGetFlags(own.stream(), &flags), cudaSuccess);
-    EXPECT_EQ(flags & cudaStreamNonBlocking, unsigned(cudaStreamNonBlocking));
-    for (int i = 0; i < 64; ++i) EXPECT_NE(c10::cuda::getStreamFromPool(false, 0), own);
-    train_a_few_steps(gpu_config("resnet18", "bf16"));
-    Config graph = gpu_config("resnet18", "bf16");
-    graph.train.cuda_graph = true;
-    train_a_few_steps(graph);
-    EXPECT_EQ(c10::cuda::getCurrentCUDAStream(0), own);
-  }).join();
 }
 
 TEST(Gpu, Bf16StepsViTBase) {

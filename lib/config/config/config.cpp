@@ -95,8 +95,6 @@ Schema fields_of(Config& c) {
   s.add_bool("run.tensorboard", &c.run.tensorboard, "write a TensorBoard event file into the run folder");
   s.add_string("run.profile", &c.run.profile,
                "START:END = Chrome trace of optimizer steps START..END-1 into the run folder (trace.json)");
-  s.add_bool("run.own_stream", &c.run.own_stream,
-             "the training thread's GPU work on a stream of its own, not the legacy default stream (false: that one)");
 
   s.section_docs["model"] = "architecture, by registry name";
   s.add_string("model.name", &c.model.name, "registry name, e.g. resnet50, vit_base_patch16_224");

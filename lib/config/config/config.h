@@ -22,7 +22,6 @@ struct RunConfig {
   std::string progress = "auto";
   bool tensorboard = true;
   std::string profile;
-  bool own_stream = false;  // on once measured on a GPU (bench/NOTES.md)
 };
 
 struct ModelConfig {

@@ -8,8 +8,6 @@
 
 #ifdef TRAINER_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 namespace torch::cuda::nccl {
 std::uint64_t version();  // libtorch_cuda (torch/csrc/cuda/nccl.h, which drags in nccl.h)
@@ -97,20 +95,6 @@ torch::Device select_device(const std::string& choice, int local_rank) {
   const int n = static_cast<int>(torch::cuda::device_count());
   TRAINER_CHECK(local_rank < n, "local rank ", local_rank, " has no GPU: only ", n, " visible");
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-}
-
-void use_own_stream(torch::Device device) {
-#ifdef TRAINER_WITH_CUDA
-  if (!device.is_cuda()) return;
-  // not one of c10's pool streams: those are handed out in turn, so a loader's side stream would sometimes be it
-  c10::cuda::CUDAGuard guard(device.index());
-  cudaStream_t s = nullptr;  // lives as long as the process
-  TRAINER_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess,
-                "could not create the training stream on ", device.str());
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromExternal(s, device.index()));
-#else
-  (void)device;
-#endif
 }
 
 void seed_all(uint64_t seed) {

@@ -36,10 +36,6 @@ std::string format_env(const EnvInfo& env);  // the multi-line --version text
 bool cuda_available();
 // "auto" -> cuda:0 when a GPU is there, else cpu; "cuda" without a GPU throws with a hint.
 torch::Device select_device(const std::string& choice, int local_rank = 0);
-// The calling thread's CUDA work on `device` goes on a stream of its own, created non-blocking, instead of the
-// legacy default stream: a library call on another thread that touches the default stream then does not wait
-// behind the queued training step (suspected of nvJPEG's batched decode: bench/NOTES.md). No-op on the CPU.
-void use_own_stream(torch::Device device);
 // Seeds torch's CPU and CUDA generators.
 void seed_all(uint64_t seed);
 // Deterministic algorithms on, cudnn.benchmark off; or cudnn.benchmark per `benchmark`.
