@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -32,6 +33,7 @@
 #include "models/registry.h"
 #include "models/weights.h"
 #include "runtime/env.h"
+#include "runtime/steps_ahead.h"
 
 namespace trainer {
 namespace {
@@ -77,6 +79,34 @@ void train_a_few_steps(const Config& c) {
 TEST(Gpu, Bf16StepsResNet50ChannelsLast) {
   REQUIRE_GPU();
   train_a_few_steps(gpu_config("resnet50", "bf16"));
+}
+
+// train.steps_ahead: once more than N marked steps are queued, mark() returns only after the oldest has run; without
+// a bound it returns at once, with the device still busy on what the host queued.
+TEST(Gpu, StepsAheadWaitsForTheOldestQueuedStep) {
+  REQUIRE_GPU();
+  const torch::Device dev(torch::kCUDA, 0);
+  const torch::Tensor a = torch::randn({4096, 4096}, torch::TensorOptions().device(dev));
+  auto queue_work = [&] {  // some tens of ms of matrix products
+    torch::Tensor x = a;
+    for (int i = 0; i < 40; ++i) x = torch::mm(x, a).div_(64);
+    return x;
+  };
+  torch::cuda::synchronize();
+  for (int limit : {1, 0}) {
+    StepsAhead ahead(dev, limit);
+    queue_work();
+    at::cuda::CUDAEvent first;
+    first.record(c10::cuda::getCurrentCUDAStream(0));
+    ahead.mark();
+    queue_work();
+    ahead.mark();
+    if (limit == 1)
+      EXPECT_TRUE(first.query()) << "limit 1: the second mark returned before the first step had run";
+    else
+      EXPECT_FALSE(first.query()) << "no bound: the host waited for the device anyway";
+    torch::cuda::synchronize();
+  }
 }
 
 TEST(Gpu, Bf16StepsViTBase) {
