@@ -5,13 +5,14 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include <deque>
+#include <vector>
 
 namespace trainer {
 
 struct StepsAhead::Events {
 #ifdef TRAINER_WITH_CUDA
-  std::deque<at::cuda::CUDAEvent> queued;  // the unfinished steps' ends, oldest first
+  std::vector<at::cuda::CUDAEvent> ring;  // the last `limit` steps' ends, reused in turn
+  size_t next = 0;
 #endif
 };
 
@@ -22,12 +23,11 @@ StepsAhead::~StepsAhead() = default;
 void StepsAhead::mark() {
 #ifdef TRAINER_WITH_CUDA
   if (!device_.is_cuda() || limit_ <= 0) return;
-  ev_->queued.emplace_back(cudaEventDisableTiming);
-  ev_->queued.back().record(c10::cuda::getCurrentCUDAStream(device_.index()));
-  while (static_cast<int>(ev_->queued.size()) > limit_) {
-    ev_->queued.front().synchronize();
-    ev_->queued.pop_front();
-  }
+  if (ev_->ring.empty()) ev_->ring.resize(static_cast<size_t>(limit_));  // events created on first record
+  at::cuda::CUDAEvent& e = ev_->ring[ev_->next];
+  ev_->next = (ev_->next + 1) % ev_->ring.size();
+  e.synchronize();  // the step `limit` marks ago (nothing before its first record)
+  e.record(c10::cuda::getCurrentCUDAStream(device_.index()));
 #endif
 }
 

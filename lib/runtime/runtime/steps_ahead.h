@@ -1,7 +1,6 @@
-// How far the host may queue steps ahead of the device. After each step the caller marks its end on the current
-// stream; once more than `limit` marked steps are unfinished, mark() waits for the oldest. Without a bound the host
-// fills the device's launch queue and then sits inside kernel launches, where other threads' CUDA calls (the GPU
-// loader's nvJPEG call) queue behind it. limit 0: no bound; on the CPU it does nothing.
+// How far the host may queue steps ahead of the device (train.steps_ahead). After each step the caller marks its
+// end on the current stream; mark() first waits until the step marked `limit` marks before has run, so at most
+// `limit` marked steps are unfinished when it returns. limit 0: no bound; on the CPU it does nothing.
 #pragma once
 #include <torch/types.h>
 
