@@ -112,6 +112,7 @@ void check_input_files(const trainer::CommandLine& cl, const trainer::Config& cf
 
 int run(int argc, char** argv) {
   using namespace trainer;
+  request_cuda_work_queues(32);  // before anything starts CUDA; a value the user set wins
   if (argc > 1 && std::string(argv[1]) == "launch") {
     // the launcher runs this very binary once per rank; /proc/self/exe survives a relative argv[0]
     char self[4096];

@@ -1,6 +1,8 @@
 // The engine against PyTorch on the CPU, fp32: 30 SGD, AdamW and LAMB steps give the same losses and weights as
 // torch.optim; accumulation over 4 micro-batches equals one 4x batch; the grad scaler's scale sequence equals
 // torch.amp.GradScaler's; schedules; and a short Fashion-MNIST run learns.
+#include "runtime/env.h"
+#include <cstdlib>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -898,3 +900,16 @@ TEST(Ema, FollowsTheWeightsAndIsEvaluatedSavedAndCheckpointed) {
 
 }  // namespace
 }  // namespace trainer
+
+TEST(Env, RequestCudaWorkQueuesKeepsAValueTheUserSet) {
+  const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::string saved = before ? before : "";
+  ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  EXPECT_EQ(trainer::request_cuda_work_queues(32), "32");
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+  EXPECT_EQ(trainer::request_cuda_work_queues(32), "4");
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4");
+  if (before) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
+  else ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+}

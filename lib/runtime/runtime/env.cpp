@@ -1,5 +1,7 @@
 #include "runtime/env.h"
 
+#include <cstdlib>
+
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
@@ -23,6 +25,14 @@ namespace trainer {
 namespace {
 std::string cuda_version_string(int v) { return str_cat(v / 1000, ".", (v % 1000) / 10); }
 }  // namespace
+
+std::string request_cuda_work_queues(int queues) {
+  const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (set && *set) return set;
+  const std::string v = std::to_string(queues);
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", v.c_str(), 0);
+  return v;
+}
 
 bool cuda_available() { return torch::cuda::is_available(); }
 
