@@ -1,12 +1,11 @@
 // The engine against PyTorch on the CPU, fp32: 30 SGD, AdamW and LAMB steps give the same losses and weights as
 // torch.optim; accumulation over 4 micro-batches equals one 4x batch; the grad scaler's scale sequence equals
 // torch.amp.GradScaler's; schedules; and a short Fashion-MNIST run learns.
-#include "runtime/env.h"
-#include <cstdlib>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -28,6 +27,7 @@
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "models/weights.h"
+#include "runtime/env.h"
 #include "test_support/test_support.h"
 
 namespace trainer {
@@ -898,18 +898,18 @@ TEST(Ema, FollowsTheWeightsAndIsEvaluatedSavedAndCheckpointed) {
   EXPECT_TRUE(differs) << "model_ema.safetensors holds the trained weights, not their average";
 }
 
-}  // namespace
-}  // namespace trainer
-
 TEST(Env, RequestCudaWorkQueuesKeepsAValueTheUserSet) {
   const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const std::string saved = before ? before : "";
   ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  EXPECT_EQ(trainer::request_cuda_work_queues(32), "32");
+  EXPECT_EQ(request_cuda_work_queues(32), "32");
   EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
-  EXPECT_EQ(trainer::request_cuda_work_queues(32), "4");
+  EXPECT_EQ(request_cuda_work_queues(32), "4");
   EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4");
   if (before) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
   else ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
+
+}  // namespace
+}  // namespace trainer

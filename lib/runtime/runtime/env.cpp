@@ -27,10 +27,10 @@ std::string cuda_version_string(int v) { return str_cat(v / 1000, ".", (v % 1000
 }  // namespace
 
 std::string request_cuda_work_queues(int queues) {
-  const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (set && *set) return set;
+  constexpr const char* kVar = "CUDA_DEVICE_MAX_CONNECTIONS";
+  if (const char* set = std::getenv(kVar); set && *set) return set;
   const std::string v = std::to_string(queues);
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", v.c_str(), 0);
+  ::setenv(kVar, v.c_str(), 0);
   return v;
 }
 

@@ -34,9 +34,8 @@ EnvInfo query_env();
 std::string format_env(const EnvInfo& env);  // the multi-line --version text
 
 // Asks CUDA for `queues` hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) unless the environment already names a
-// number; call before CUDA starts. With CUDA's 8 the GPU loader's side streams share a queue with the training
-// stream and its decode waits behind queued steps (ResNet-18 from JPEGs 70.6% of synthetic against 91.3% with 32,
-// bench/results/2026-12-06_h200/run103). Returns the value in effect.
+// number; call before CUDA starts. With fewer queues than streams, the GPU loader's side streams can share one with
+// the training stream and its decode then waits behind queued steps (bench/NOTES.md). Returns the value in effect.
 std::string request_cuda_work_queues(int queues);
 
 bool cuda_available();
