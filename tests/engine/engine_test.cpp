@@ -904,6 +904,9 @@ TEST(Env, RequestCudaWorkQueuesKeepsAValueTheUserSet) {
   ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
   EXPECT_EQ(request_cuda_work_queues(32), "32");
   EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "", 1);  // set but empty: no number named
+  EXPECT_EQ(request_cuda_work_queues(32), "32");
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
   EXPECT_EQ(request_cuda_work_queues(32), "4");
   EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "4");

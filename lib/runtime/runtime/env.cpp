@@ -30,7 +30,7 @@ std::string request_cuda_work_queues(int queues) {
   constexpr const char* kVar = "CUDA_DEVICE_MAX_CONNECTIONS";
   if (const char* set = std::getenv(kVar); set && *set) return set;
   const std::string v = std::to_string(queues);
-  ::setenv(kVar, v.c_str(), 0);
+  ::setenv(kVar, v.c_str(), 1);  // unset or empty (which CUDA reads as its default): ours
   return v;
 }
 
