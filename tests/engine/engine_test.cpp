@@ -839,6 +839,8 @@ TEST(Observability, BenchJsonSchema) {
     EXPECT_TRUE(j.contains(k)) << k;
   for (const char* k : {"gpu", "cuda_driver", "cuda_runtime", "cudnn", "nccl", "libtorch", "compiler", "trainer", "git_sha"})
     EXPECT_TRUE(j["env"].contains(k)) << "env." << k;
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");  // the child inherits ours, or sets its 32
+  EXPECT_EQ(j["env"]["cuda_work_queues"], queues && *queues ? std::string(queues) : "32");
   EXPECT_GT(j["img_per_s"].get<double>(), 0.0);
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["world_size"], 1);

@@ -175,6 +175,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   j["env"] = {{"gpu", flops.gpu},
               {"cuda_driver", env.cuda_driver},
               {"cuda_runtime", env.cuda_runtime},
+              {"cuda_work_queues", env.cuda_work_queues},
               {"cudnn", env.cudnn},
               {"nccl", env.nccl},
               {"libtorch", env.torch_version},
@@ -282,7 +283,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
     j["gpu_decode"].update(gpu_decode_times(st));
   }
   j["env"] = {{"gpu", env.gpus.empty() ? "none" : env.gpus[0].name}, {"cpu_threads", std::thread::hardware_concurrency()},
-              {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
+              {"cuda_work_queues", env.cuda_work_queues}, {"libtorch", env.torch_version}, {"git_sha", env.git_sha}};
   j["config_fnv1a64"] = fnv1a_hex(config_to_yaml(cfg));
   r.json = j.dump(2);
   if (gpu)

@@ -775,7 +775,9 @@ FitResult Trainer::fit_epochs() {
   const int64_t epochs = cfg_.train.epochs;
   const int64_t steps_per_epoch = steps_per_epoch_;
   log::info("run folder ", run_dir_->path(), " | model ", cfg_.model.name, " (", model_->parameter_count() / 1e6,
-            "M params) on ", ctx_.device.str(), ", ", precision_name(precision_), " | ",
+            "M params) on ", ctx_.device.str(),
+            ctx_.device.is_cuda() ? str_cat(" (", cuda_work_queues(), " hardware work queues)") : "", ", ",
+            precision_name(precision_), " | ",
             train_loader_->samples_per_epoch(), " samples/epoch, ", steps_per_epoch, " steps/epoch x ", epochs,
             " epochs");
 

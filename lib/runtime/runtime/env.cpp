@@ -23,15 +23,20 @@ std::uint64_t version();  // libtorch_cuda (torch/csrc/cuda/nccl.h, which drags 
 namespace trainer {
 
 namespace {
+constexpr const char* kWorkQueuesVar = "CUDA_DEVICE_MAX_CONNECTIONS";
 std::string cuda_version_string(int v) { return str_cat(v / 1000, ".", (v % 1000) / 10); }
 }  // namespace
 
 std::string request_cuda_work_queues(int queues) {
-  constexpr const char* kVar = "CUDA_DEVICE_MAX_CONNECTIONS";
-  if (const char* set = std::getenv(kVar); set && *set) return set;
+  if (const char* set = std::getenv(kWorkQueuesVar); set && *set) return set;
   const std::string v = std::to_string(queues);
-  ::setenv(kVar, v.c_str(), 1);  // unset or empty (which CUDA reads as its default): ours
+  ::setenv(kWorkQueuesVar, v.c_str(), 1);  // unset or empty (which CUDA reads as its default): ours
   return v;
+}
+
+std::string cuda_work_queues() {
+  const char* set = std::getenv(kWorkQueuesVar);
+  return set && *set ? set : "8 (CUDA's default)";
 }
 
 bool cuda_available() { return torch::cuda::is_available(); }
@@ -41,6 +46,7 @@ EnvInfo query_env() {
   e.trainer_version = TRAINER_VERSION;
   e.git_sha = TRAINER_GIT_SHA;
   e.torch_version = TORCH_VERSION;
+  e.cuda_work_queues = cuda_work_queues();
 #if defined(__clang__)
   e.compiler = str_cat("Clang ", __clang_major__, ".", __clang_minor__, ".", __clang_patchlevel__);
 #elif defined(__GNUC__)
@@ -83,7 +89,8 @@ std::string format_env(const EnvInfo& e) {
   std::string s;
   s += str_cat("trainer  ", e.trainer_version, " (git ", e.git_sha, ")\n");
   s += str_cat("LibTorch ", e.torch_version, e.cuda_built ? " (CUDA build)" : " (CPU build)", "\n");
-  s += str_cat("CUDA     runtime ", or_none(e.cuda_runtime), ", driver ", or_none(e.cuda_driver), "\n");
+  s += str_cat("CUDA     runtime ", or_none(e.cuda_runtime), ", driver ", or_none(e.cuda_driver), ", ",
+               e.cuda_work_queues, " hardware work queues\n");
   s += str_cat("cuDNN    ", or_none(e.cudnn), "\n");
   s += str_cat("NCCL     ", or_none(e.nccl), "\n");
   s += str_cat("compiler ", e.compiler, "\n");

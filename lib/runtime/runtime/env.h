@@ -24,6 +24,7 @@ struct EnvInfo {
   bool cuda_built = false;      // LibTorch built with CUDA
   std::string cuda_runtime;     // "13.0", empty without CUDA
   std::string cuda_driver;      // driver's CUDA version, empty when no driver
+  std::string cuda_work_queues; // CUDA_DEVICE_MAX_CONNECTIONS in effect; "8 (CUDA's default)" when unset
   std::string cudnn;            // "9.19.0"
   std::string nccl;             // "2.28.9"
   std::string compiler;         // "GNU 12.2.0"
@@ -37,6 +38,7 @@ std::string format_env(const EnvInfo& env);  // the multi-line --version text
 // number; call before CUDA starts. With fewer queues than streams, the GPU loader's side streams can share one with
 // the training stream and its decode then waits behind queued steps (bench/NOTES.md). Returns the value in effect.
 std::string request_cuda_work_queues(int queues);
+std::string cuda_work_queues();  // the value in effect, "8 (CUDA's default)" when none is named
 
 bool cuda_available();
 // "auto" -> cuda:0 when a GPU is there, else cpu; "cuda" without a GPU throws with a hint.
