@@ -640,23 +640,6 @@ TEST(BatchDtype, BfloatOnlyForBf16OnAGpuAndRefusedElsewhere) {
   EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{cpu}).dtype, torch::kFloat32);
 }
 
-// The CPU threads' share of each training batch on the GPU path: data.hybrid_share for hybrid and for auto (whose
-// GPU path is the hybrid one), none for gpu or cpu.
-TEST(DataSetup, AutoTriesTheHybridGpuPath) {
-  Config c;
-  EXPECT_EQ(c.data.decode, "auto");
-  EXPECT_EQ(c.data.hybrid_share, -1);  // adapted
-  EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{}).host_share, -1);
-  c.data.hybrid_share = 0.2;
-  EXPECT_DOUBLE_EQ(image_loader_options(c, DataDefaults{}, RunContext{}).host_share, 0.2);
-  c.data.decode = "hybrid";
-  EXPECT_DOUBLE_EQ(image_loader_options(c, DataDefaults{}, RunContext{}).host_share, 0.2);
-  for (const char* d : {"gpu", "cpu"}) {
-    c.data.decode = d;
-    EXPECT_EQ(image_loader_options(c, DataDefaults{}, RunContext{}).host_share, 0) << d;
-  }
-}
-
 // data.interpolation auto takes the model's data config (timm's: bicubic for ViT), a set value overrides it; it is
 // the evaluation's filter only.
 TEST(DataSetup, EvalInterpolationFollowsTheModelUnlessSet) {

@@ -172,15 +172,14 @@ Schema fields_of(Config& c) {
   s.add_string("data.decode", &c.data.decode,
                "image files: cpu = decode threads with libjpeg-turbo; gpu = nvJPEG batched decode (hardware JPEG "
                "engines where present) with crop, resize and flip on the GPU; auto = start on the CPU path and, while "
-               "training, switch to the GPU path (hybrid, at data.hybrid_share) where training waits for data the decode "
-               "threads cannot make, keeping it only if it is faster end to end; hybrid = the gpu path with a share of each training batch "
+               "training, switch to the GPU path where training waits for data the decode threads cannot make, "
+               "keeping it only if it is faster end to end; hybrid = the gpu path with a share of each training batch "
                "decoded, cropped and resized by the CPU threads while the engines decode the batch before "
                "(data.hybrid_share)",
                {"cpu", "gpu", "auto", "hybrid"});
   s.add_float("data.hybrid_share", &c.data.hybrid_share,
-              "data.decode hybrid and auto's GPU path: the share of each training batch's JPEGs the CPU threads "
-              "decode; -1 = adapted while training so that both sides finish a batch together (their measured "
-              "rates); 0 = nvJPEG alone",
+              "data.decode hybrid: the share of each batch's JPEGs the CPU threads decode; -1 = adapted while "
+              "training so that both sides finish a batch together (their measured rates)",
               closed(-1, 1));
   s.add_int("data.gpu_decode_sms", &c.data.gpu_decode_sms,
             "data.decode gpu, hybrid (and auto once on the GPU path): the SMs the loader's kernels may use, as a CUDA "

@@ -85,8 +85,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.cache_gb = d.cache_gb;
   o.cache_decoded = d.cache == "decoded";
   o.cache_restart = d.cache == "restart";
-  // auto's GPU path is the hybrid one: the CPU threads it starts with keep decoding a share beside the engines
-  o.host_share = d.decode == "hybrid" || d.decode == "auto" ? d.hybrid_share : 0;
+  o.host_share = d.decode == "hybrid" ? d.hybrid_share : 0;
   o.decode_sms = static_cast<int>(d.gpu_decode_sms);
   return o;
 }
