@@ -160,4 +160,16 @@ InputLimit input_limit(const PipelineStats& interval, double wall_s) {
   return {};
 }
 
+InputLimit limit_beside_training(const InputLimit& loader, double data_wait_fraction) {
+  constexpr double kWaited = 0.02;  // a step that waited less than this for data was not paced by the loader
+  if (loader.stage.empty() || data_wait_fraction >= kWaited) return loader;
+  InputLimit out;
+  out.stage = strprintf("the training step (it waited for data %.1f%% of the time)", 100 * data_wait_fraction);
+  out.figures = "beside it, " + loader.stage + ": " + loader.figures;
+  out.advice = "the loader keeps up; where the step is slower than on synthetic data (bench.data: synthetic), the "
+               "loader's work beside it slows it: its CPU threads beside a host-bound step (fewer data.workers, "
+               "a smaller data.hybrid_share) or its GPU work (data.decode: cpu where the threads keep up)";
+  return out;
+}
+
 }  // namespace trainer

@@ -32,4 +32,10 @@ struct InputLimit {
 };
 InputLimit input_limit(const PipelineStats& interval, double wall_s);
 
+// The same beside training (the end-to-end bench): the loader's stage set the pace only where the step waited for
+// its batches; where it waited under 2% of the time the step itself did, and the loader's figures (busy or not) say
+// what it did beside it. Its work can still slow the step (its CPU threads beside a host-bound step, its GPU work):
+// the advice says how to tell. loader: input_limit over the same interval; unchanged where empty or the wait larger.
+InputLimit limit_beside_training(const InputLimit& loader, double data_wait_fraction);
+
 }  // namespace trainer

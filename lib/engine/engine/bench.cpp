@@ -155,7 +155,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
       j["gpu_decode_timed"] = gpu_decode_times(timed.gpu);
       j["gpu_decode_timed"]["batches"] = timed.gpu.batches;
     }
-    add_input_limit(j, ps.decode == before.decode ? input_limit(timed, sec) : InputLimit{});
+    add_input_limit(j, ps.decode == before.decode ? limit_beside_training(input_limit(timed, sec), wait_s / sec)
+                                                  : InputLimit{});
   }
   j["img_per_s"] = r.img_per_s;
   j["world_size"] = ctx.world_size;
