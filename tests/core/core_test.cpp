@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "core/parallel.h"
 #include "core/signals.h"
 #include "core/strings.h"
+#include "core/thread_priority.h"
 #include "test_support/test_support.h"
 
 namespace trainer {
@@ -150,6 +152,36 @@ template <class F> int in_child(F&& f) {
   ::waitpid(pid, &status, 0);
   return status;
 }
+
+// data.thread_nice: a data thread and the pool's helpers of its calls take the niceness; the thread that set it
+// (the training thread) keeps its own. Not in a forked child: the pool's state would name threads the child lacks.
+// The helpers keep what they took (an unprivileged thread cannot lower it back), which no other test reads.
+TEST(ThreadPriority, DataThreadsAndThePoolsHelpersTakeTheNiceness) {
+  const int before = this_thread_nice();
+  set_data_thread_nice(7);
+  std::vector<int> seen(4, -1);
+  std::thread data([&] {
+    become_data_thread();
+    parallel_for_workers(64, 4, [&](int64_t, int worker) {
+      seen[static_cast<size_t>(worker)] = this_thread_nice();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the helpers come before the range is done
+    });
+  });
+  data.join();
+  EXPECT_EQ(seen[0], 7) << "the data thread itself";
+  int helpers = 0;
+  for (size_t w = 1; w < seen.size(); ++w) {
+    if (seen[w] == -1) continue;  // a helper that came late: not waited for
+    EXPECT_EQ(seen[w], 7) << "helper " << w;
+    ++helpers;
+  }
+  EXPECT_GE(helpers, 1) << "no helper joined a 128 ms range";
+  EXPECT_EQ(this_thread_nice(), before) << "the thread that set it keeps its own";
+  set_data_thread_nice(40);
+  EXPECT_EQ(data_thread_nice(), 19) << "clamped to Linux's range";
+  set_data_thread_nice(0);
+}
+
 
 // GNU timeout, scancel and forwarding launchers deliver SIGTERM twice within milliseconds: one stop request, the
 // process lives on to write its checkpoint. A signal seconds later exits at once.

@@ -12,10 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "core/check.h"
 #include "core/fs.h"
+#include "core/thread_priority.h"
 #include "data/augment.h"
 #include "data/auto_loader.h"
 #include "data/bad_samples.h"
@@ -508,6 +510,37 @@ TEST_F(Folder, SameBatchesWithOneOrFourThreads) {
   }
   // a new epoch draws new crops
   EXPECT_FALSE(torch::equal(epoch(one, 0)[0], epoch(one, 1)[0]));
+}
+
+// data.thread_nice: the CPU loader's decode threads run below the thread that made the loader (the training
+// thread): counted from /proc as this process's threads at that niceness while the loader lives, and gone after.
+TEST_F(Folder, DecodeThreadsRunAtTheDataThreadsNiceness) {
+  auto threads_at = [](int nice) {
+    int n = 0;
+    for (const std::string& tid : fs::list_dir("/proc/self/task")) {
+      std::ifstream f("/proc/self/task/" + tid + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 2));  // from field 3 (state); niceness is field 19
+      std::string field;
+      for (int i = 3; i <= 19 && rest >> field; ++i) {}
+      n += std::stoi(field) == nice;
+    }
+    return n;
+  };
+  test::TempDir dir;
+  const auto list = scan_image_folder(make_folder(dir));
+  const int unrelated = threads_at(13), before = this_thread_nice();  // the pool's helpers of an earlier test may sit at some niceness
+  set_data_thread_nice(13);
+  {
+    ImageLoader l(list.samples, options(3), torch::kCPU);
+    EXPECT_EQ(epoch(l, 0).size(), 5u);
+    EXPECT_GE(threads_at(13) - unrelated, 3) << "the 3 decode threads";
+    EXPECT_EQ(this_thread_nice(), before) << "the thread that made the loader keeps its own";
+  }
+  set_data_thread_nice(0);
+  EXPECT_EQ(threads_at(13), unrelated) << "the decode threads end with the loader";
 }
 
 // Training: once an epoch's tasks are handed out the threads go on with the next epoch. What the loader gives

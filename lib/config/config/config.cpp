@@ -141,6 +141,9 @@ Schema fields_of(Config& c) {
   s.add_int("data.batch_size", &c.data.batch_size, "per-process batch size", closed(1, 1 << 20));
   s.add_int("data.eval_batch_size", &c.data.eval_batch_size, "eval batch size, 0 = batch_size", closed(0, 1 << 20));
   s.add_int("data.workers", &c.data.workers, "CPU data threads, -1 = cores - 2 (at least 1)", closed(-1, 1024));
+  s.add_int("data.thread_nice", &c.data.thread_nice,
+            "CPU priority of the data threads below the training thread's (Linux niceness; 0 = the same)",
+            closed(0, 19));
   s.add_int("data.prefetch", &c.data.prefetch, "batches prepared ahead of the train step", closed(1, 64));
   s.add_bool("data.drop_last", &c.data.drop_last, "drop the last incomplete training batch");
   s.add_list("data.mean", &c.data.mean, "per-channel mean on a 0..1 scale, empty = model default", 0, closed(0, 1));

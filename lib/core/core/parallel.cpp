@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include "core/thread_priority.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -65,6 +67,7 @@ class Pool {
       if (--job->wanted == 0) queue_.pop_front();
       ++job->running;
       lock.unlock();
+      become_data_thread();
       (*job->work)(worker);
       lock.lock();
       // notified under the lock: the caller cannot return (and free the job) before this thread lets go of it

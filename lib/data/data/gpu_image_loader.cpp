@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/thread_priority.h"
 #include "data/augment.h"
 #include "data/device_upload.h"
 #include "data/image_ops.h"
@@ -235,6 +236,7 @@ const GpuImageLoader::EpochCursor& GpuImageLoader::following(int64_t epoch) {
 }
 
 void GpuImageLoader::loop() {
+  become_data_thread();
 #ifdef TRAINER_WITH_NVJPEG
   c10::cuda::CUDAGuard device_guard(device_.index());
 #endif
@@ -422,7 +424,10 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   r.in = r.files;
   for (int64_t i : share) r.in[static_cast<size_t>(i)] = {nullptr, 0};
   std::future<void> decoding;
-  if (!share.empty()) decoding = std::async(std::launch::async, [&] { decode_share(q, share, r); });
+  if (!share.empty()) decoding = std::async(std::launch::async, [&] {
+    become_data_thread();
+    decode_share(q, share, r);
+  });
   // crop-only decode in training: the sample's crop window (the draw crop_resize_normalize makes) is all the engines
   // decode; evaluation resizes the whole image before it crops (gpu_eval_resize)
   GpuJpegDecoder::RoiFn roi_of;
@@ -520,7 +525,10 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
     a.epoch = next.epoch;
     a.cursor = next.cursor;
     const int64_t n = std::min(opt_.batch_size, next.total - next.cursor);
-    a.pending = std::async(std::launch::async, [this, next, n] { return read_files(next, n); });
+    a.pending = std::async(std::launch::async, [this, next, n] {
+      become_data_thread();
+      return read_files(next, n);
+    });
   }
   return a.current;
 }
@@ -558,7 +566,10 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     if (in_share(files, i)) info[i].supported = false;
     else if (!info[i].supported) on_host.push_back(i);
   }
-  auto host_part = std::async(std::launch::async, [&] { decode_on_host_threads(on_host); });
+  auto host_part = std::async(std::launch::async, [&] {
+    become_data_thread();
+    decode_on_host_threads(on_host);
+  });
   const auto t_call = Clock::now();
   try {
     d.images = decoder_->decode(files.in, info);  // on the current (side) stream

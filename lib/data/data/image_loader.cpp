@@ -22,6 +22,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_priority.h"
 #include "data/image_ops.h"
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
@@ -189,6 +190,7 @@ bool ImageLoader::take_task_ready() {
 // ---- workers ----
 
 void ImageLoader::worker_loop() {
+  become_data_thread();
   JpegDecoder jpeg;
   std::vector<uint8_t> file;
   RgbImage img;

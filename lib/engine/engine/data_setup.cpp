@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/thread_priority.h"
 #include "data/auto_loader.h"
 #include "data/cifar.h"
 #include "data/gpu_image_loader.h"
@@ -80,6 +81,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
   o.prefetch = static_cast<int>(d.prefetch);
+  set_data_thread_nice(static_cast<int>(d.thread_nice));  // process-wide: the thread pool serves every loader
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
   o.cache_gb = d.cache_gb;

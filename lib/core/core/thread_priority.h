@@ -1,0 +1,19 @@
+// The data threads' CPU priority below the training thread's: a step whose host thread launches the GPU's work
+// (ResNet-18 at ~12 ms a step) slows when the loader's threads take its core, though it never waits for a batch.
+// Linux niceness per thread (setpriority on the thread id); elsewhere nothing changes.
+#pragma once
+
+namespace trainer {
+
+// The niceness data threads take from now on (0 .. 19; 0 = the process's own): data.thread_nice.
+void set_data_thread_nice(int nice);
+int data_thread_nice();
+
+// The calling thread takes the data threads' niceness, where it differs from what this thread last took. Each data
+// thread calls it where it starts work (the pool's helpers at each call, which also serve `trainer pack`).
+void become_data_thread();
+
+// The calling thread's niceness (tests, logs); 0 where it cannot be read.
+int this_thread_nice();
+
+}  // namespace trainer
