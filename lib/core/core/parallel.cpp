@@ -1,11 +1,11 @@
 #include "core/parallel.h"
 
-#include "core/thread_priority.h"
-
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <thread>
+
+#include "core/thread_priority.h"
 
 namespace trainer {
 
