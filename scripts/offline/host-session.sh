@@ -20,6 +20,7 @@
 #     the GPU loader's kernels on N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second
 #     JSON as X_2) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
+#   turns (VARIANTS, settings of one model and decode end to end, in turns over ROUNDS: data.thread_nice 0 / 10)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -249,6 +250,30 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
         if "input_limit" in d:
             print(f"    what sets the pace: {d['input_limit']['stage']}: {d['input_limit']['figures']}")
 PY
+    ;;
+  turns)  # issue 28: settings A/B in turns beside one model, end to end from the JPEG folder: MODEL (resnet18),
+    # DECODE (gpu), VARIANTS (one --set each, `base` for none; default data.thread_nice 0 against 10), ROUNDS (3);
+    # one synthetic run first, WARMUP 40 + STEPS 200 each
+    jpeg_set
+    m=${MODEL:-resnet18}
+    b=(bench --config configs/imagenet_like.yaml --set bench.warmup_steps=${WARMUP:-40} --set bench.steps=${STEPS:-200}
+       --set model.name=$m)
+    $T "${b[@]}" --out "$out/bench/${m}_synthetic.json" 2>&1 | grep "bench $m"
+    for r in $(seq 1 ${ROUNDS:-3}); do
+      for v in ${VARIANTS:-data.thread_nice=0 data.thread_nice=10}; do
+        set_v=(); [ "$v" = base ] || set_v=(--set "$v")
+        $T "${b[@]}" --set bench.data=pipeline --set data.decode=${DECODE:-gpu} "${set_v[@]}" \
+          --out "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.json" > "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.log" 2>&1
+        python3 - "$out/bench" "$m" "${v//[^a-z0-9_]/_}_r$r" <<'PY'
+import json, sys
+d, m, tag = sys.argv[1:4]
+syn = json.load(open(f"{d}/{m}_synthetic.json"))["img_per_s"]
+r = json.load(open(f"{d}/{m}_{tag}.json"))
+print(f"{tag}: {r['img_per_s']:.0f} img/s ({100 * r['img_per_s'] / syn:.1f}% of synthetic), waited "
+      f"{100 * r['data_wait_fraction']:.1f}%, pace: {r.get('input_limit', {}).get('stage', '?')}")
+PY
+      done
+    done
     ;;
   convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)
     w=$(ls .gpu-deps/wheels/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)
