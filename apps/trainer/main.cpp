@@ -160,6 +160,7 @@ int run(int argc, char** argv) {
   const DistEnv denv = parse_dist_env(env);
   RunContext ctx;
   ctx.device = select_device(cfg.run.device, denv.local_rank);
+  set_cuda_sync(cfg.run.cuda_sync, ctx.device);
   std::unique_ptr<DistContext> dist;
   if (denv.launcher != "none") {  // also for world size 1: the same code path as a real job
     log::set_rank(denv.rank, denv.world_size);

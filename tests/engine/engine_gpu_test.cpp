@@ -9,6 +9,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <functional>
@@ -107,6 +108,21 @@ TEST(Gpu, StepsAheadWaitsForTheOldestQueuedStep) {
       EXPECT_FALSE(first.query()) << "no bound: the host waited for the device anyway";
     torch::cuda::synchronize();
   }
+}
+
+// run.cuda_sync sets the device's scheduling flag, and a later one replaces it on the initialised device
+TEST(Gpu, CudaSyncSetsTheDevicesSchedulingFlag) {
+  REQUIRE_GPU();
+  const torch::Device d(torch::kCUDA, 0);
+  torch::ones({1}, torch::TensorOptions().device(d));  // the context is up first, as in a run
+  unsigned flags = 0;
+  EXPECT_EQ(set_cuda_sync("blocking", d), static_cast<unsigned>(cudaDeviceScheduleBlockingSync));
+  ASSERT_EQ(cudaGetDeviceFlags(&flags), cudaSuccess);
+  EXPECT_EQ(flags & cudaDeviceScheduleMask, static_cast<unsigned>(cudaDeviceScheduleBlockingSync));
+  EXPECT_EQ(set_cuda_sync("spin", d), static_cast<unsigned>(cudaDeviceScheduleSpin));
+  ASSERT_EQ(cudaGetDeviceFlags(&flags), cudaSuccess);
+  EXPECT_EQ(flags & cudaDeviceScheduleMask, static_cast<unsigned>(cudaDeviceScheduleSpin));
+  EXPECT_TRUE(torch::ones({4}, torch::TensorOptions().device(d)).sum().item<float>() == 4.0f);
 }
 
 TEST(Gpu, Bf16StepsViTBase) {

@@ -900,6 +900,18 @@ TEST(Ema, FollowsTheWeightsAndIsEvaluatedSavedAndCheckpointed) {
   EXPECT_TRUE(differs) << "model_ema.safetensors holds the trained weights, not their average";
 }
 
+// run.cuda_sync: a name outside the four is an error naming the key; on the CPU nothing is set
+TEST(Env, CudaSyncNamesItsKeyAndLeavesTheCpuAlone) {
+  try {
+    set_cuda_sync("sleepy", torch::Device(torch::kCPU));
+    FAIL() << "an unknown mode was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run.cuda_sync"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(set_cuda_sync("blocking", torch::Device(torch::kCPU)), 0u);
+  EXPECT_EQ(set_cuda_sync("auto", torch::Device(torch::kCPU)), 0u);
+}
+
 TEST(Env, RequestCudaWorkQueuesKeepsAValueTheUserSet) {
   const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const std::string saved = before ? before : "";

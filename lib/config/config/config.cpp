@@ -85,6 +85,10 @@ Schema fields_of(Config& c) {
   s.add_string("run.out_dir", &c.run.out_dir, "parent folder of run folders");
   s.add_int("run.seed", &c.run.seed, "seeds weights, data order and augmentation", at_least(0));
   s.add_string("run.device", &c.run.device, "where to train", {"auto", "cpu", "cuda"});
+  s.add_string("run.cuda_sync", &c.run.cuda_sync,
+               "how a thread waiting for the GPU waits: auto = CUDA's choice (spins where there are more cores than "
+               "contexts), spin, yield, blocking (sleeps: frees the core of the GPU loader's nvJPEG call for others)",
+               {"auto", "spin", "yield", "blocking"});
   s.add_bool("run.deterministic", &c.run.deterministic, "deterministic kernels (cudnn.benchmark off)");
   s.add_string("run.log_level", &c.run.log_level, "console and file log level",
                {"trace", "debug", "info", "warn", "error"});

@@ -15,6 +15,7 @@ struct RunConfig {
   std::string out_dir = "runs";
   int64_t seed = 0;
   std::string device = "auto";
+  std::string cuda_sync = "auto";
   bool deterministic = false;
   std::string log_level = "info";
   int64_t log_interval = 50;

@@ -39,6 +39,22 @@ std::string cuda_work_queues() {
   return set && *set ? set : "8 (CUDA's default)";
 }
 
+unsigned set_cuda_sync(const std::string& mode, torch::Device device) {
+  const unsigned flag = mode == "spin" ? 1u : mode == "yield" ? 2u : mode == "blocking" ? 4u : 0u;
+  TRAINER_CHECK(flag != 0 || mode == "auto", "key 'run.cuda_sync': '", mode,
+                "' is not one of auto, spin, yield, blocking");
+  if (flag == 0 || !device.is_cuda()) return 0;
+#ifdef TRAINER_WITH_CUDA
+  // on an initialised device the new flag replaces the old (cudaSetDeviceFlags); the device's own, not the thread's
+  static_assert(cudaDeviceScheduleSpin == 1 && cudaDeviceScheduleYield == 2 && cudaDeviceScheduleBlockingSync == 4);
+  cudaError_t e = cudaSetDevice(device.index());
+  if (e == cudaSuccess) e = cudaSetDeviceFlags(flag);
+  TRAINER_CHECK(e == cudaSuccess, "key 'run.cuda_sync': ", mode, " could not be set on ", device.str(), ": ",
+                cudaGetErrorString(e));
+#endif
+  return flag;
+}
+
 bool cuda_available() { return torch::cuda::is_available(); }
 
 EnvInfo query_env() {

@@ -40,6 +40,10 @@ std::string format_env(const EnvInfo& env);  // the multi-line --version text
 std::string request_cuda_work_queues(int queues);
 std::string cuda_work_queues();  // the value in effect, "8 (CUDA's default)" when none is named
 
+// run.cuda_sync: how this process's threads wait for `device` (CUDA's scheduling flag; "auto" leaves CUDA's own).
+// Returns the flag set, cudaDeviceSchedule* (auto 0, spin 1, yield 2, blocking 4); a CPU device: nothing, 0.
+unsigned set_cuda_sync(const std::string& mode, torch::Device device);
+
 bool cuda_available();
 // "auto" -> cuda:0 when a GPU is there, else cpu; "cuda" without a GPU throws with a hint.
 torch::Device select_device(const std::string& choice, int local_rank = 0);
