@@ -1,5 +1,5 @@
 // The data threads' CPU priority below the training thread's: a step whose host thread launches the GPU's work
-// (ResNet-18 at ~12 ms a step) slows when the loader's threads take its core, though it never waits for a batch.
+// slows when the loader's threads take its core, though it never waits for a batch.
 // Linux niceness per thread (setpriority on the thread id); elsewhere nothing changes.
 #pragma once
 
