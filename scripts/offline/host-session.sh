@@ -21,6 +21,8 @@
 #     JSON as X_2) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
 #   turns (VARIANTS, settings of one model and decode end to end, in turns over ROUNDS: data.thread_nice 0 / 10)
+#   prof (MODEL from the JPEG folder with DECODE against synthetic, 10 training steps profiled: kernels per stream,
+#     the training stream's gaps)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -273,6 +275,28 @@ print(f"{tag}: {r['img_per_s']:.0f} img/s ({100 * r['img_per_s'] / syn:.1f}% of 
       f"{100 * r['data_wait_fraction']:.1f}%, pace: {r.get('input_limit', {}).get('stage', '?')}")
 PY
       done
+    done
+    ;;
+  prof)  # issue 28: MODEL (resnet18) trained from the JPEG folder with DECODE (gpu), steps 30-39 profiled (inside
+    # the third epoch of the 4,000-file set), against the same steps on data.source synthetic: kernel totals per
+    # stream, then the training stream's idle time, host- or device-bound, with what ran meanwhile (traces stay in
+    # /tmp/prof, too large to come back)
+    jpeg_set
+    m=${MODEL:-resnet18}
+    p=(--config configs/imagenet_like.yaml --set model.name=$m --set train.epochs=4 --set train.max_steps=42
+       --set data.eval_split= --set checkpoint.every_epoch=false --set run.out_dir=/tmp/prof --profile 30:40)
+    for kv in ${EXTRA:-}; do p+=(--set "$kv"); done
+    rm -rf /tmp/prof
+    $T "${p[@]}" --set data.decode=${DECODE:-gpu} --set run.name=jpeg > "$out/prof_jpeg.log" 2>&1 ||
+      tail -20 "$out/prof_jpeg.log"
+    $T "${p[@]}" --set data.source=synthetic --set data.synthetic_samples=8192 --set run.name=synthetic \
+      > "$out/prof_synthetic.log" 2>&1 || tail -20 "$out/prof_synthetic.log"
+    python3 scripts/kernel_table.py /tmp/prof/jpeg/trace.json /tmp/prof/synthetic/trace.json --top 30 --by-stream \
+      > "$out/prof_kernels.txt"
+    head -1 "$out/prof_kernels.txt"; tail -2 "$out/prof_kernels.txt"
+    for r in jpeg synthetic; do
+      python3 scripts/trace_gaps.py /tmp/prof/$r/trace.json --json "$out/prof_gaps_$r.json" > "$out/prof_gaps_$r.txt"
+      echo "== $r"; head -12 "$out/prof_gaps_$r.txt"
     done
     ;;
   convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)

@@ -196,6 +196,13 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_sms=16"}, true, 1), "");
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_sms=16"}, true, 1),
              "'data.gpu_decode_sms': sets the SMs of the GPU decode path; data.decode is cpu");
+  EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_priority=high"}, true, 1), "");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_priority=highest"}, true, 1),
+             "'data.gpu_decode_priority'");
+  expect_has(error_for({"data.decode=cpu", "data.gpu_decode_priority=high"}, true, 1),
+             "'data.gpu_decode_priority': sets the GPU decode path's stream; data.decode is cpu");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_priority=high", "data.gpu_decode_sms=16"}, true, 1),
+             "'data.gpu_decode_priority': a green context's stream");
   EXPECT_EQ(error_for({}, false, 4), "");
 }
 

@@ -192,6 +192,11 @@ Schema fields_of(Config& c) {
             "data.decode gpu, hybrid (and auto once on the GPU path): the SMs the loader's kernels may use, as a CUDA "
             "green context (rounded up to the GPU's granularity, 8 on Hopper); 0 = all of them, beside training's",
             at_least(0));
+  s.add_string("data.gpu_decode_priority", &c.data.gpu_decode_priority,
+               "data.decode gpu, hybrid (and auto once on the GPU path): the CUDA priority of the loader's side "
+               "stream, where nvJPEG's kernels and the crop-resize-normalise run; normal = the training step's, high = "
+               "their blocks go to the SMs before the step's waiting ones",
+               {"normal", "high"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -662,6 +667,10 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
     fail("data.decode", str_cat(c.data.decode, " needs run.device cuda"));
   if (c.data.gpu_decode_sms > 0 && c.data.decode == "cpu")
     fail("data.gpu_decode_sms", "sets the SMs of the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
+  if (c.data.gpu_decode_priority != "normal" && c.data.decode == "cpu")
+    fail("data.gpu_decode_priority", "sets the GPU decode path's stream; data.decode is cpu (use gpu, hybrid or auto)");
+  if (c.data.gpu_decode_priority != "normal" && c.data.gpu_decode_sms > 0)
+    fail("data.gpu_decode_priority", "a green context's stream (data.gpu_decode_sms) keeps the normal priority");
   if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)
     fail("data.hybrid_share", str_cat("expected -1 (adapted) or a share in [0, 1], got ", c.data.hybrid_share));
 }

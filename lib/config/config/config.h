@@ -74,6 +74,7 @@ struct DataConfig {
   std::string decode = "auto";
   double hybrid_share = -1;
   int64_t gpu_decode_sms = 0;
+  std::string gpu_decode_priority = "normal";
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

@@ -335,8 +335,9 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   const double read_wait_ms = ms_since(t_read);
   const std::vector<int64_t> indices(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
 
-  // normal priority, as the training step's stream: either one at high priority is slower (bench/NOTES.md)
-  const auto side = sms_ ? sms_->Stream() : c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  // data.gpu_decode_priority: the training step's priority by default (bench/NOTES.md)
+  const auto side =
+      sms_ ? sms_->Stream() : c10::cuda::getStreamFromPool(opt_.decode_high_priority, device_.index());
   c10::cuda::CUDAStreamGuard guard(side);
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);

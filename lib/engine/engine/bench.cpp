@@ -148,6 +148,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
     if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
+    if (cfg.data.gpu_decode_priority != "normal") j["gpu_decode_priority"] = cfg.data.gpu_decode_priority;
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
     const PipelineStats timed = pipeline_since(ps, before);
     // the loader's time
@@ -270,6 +271,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
   if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
+  if (cfg.data.gpu_decode_priority != "normal") j["gpu_decode_priority"] = cfg.data.gpu_decode_priority;
   const InputLimit limit = stats.decode == p0.decode ? input_limit(pipeline_since(stats, p0), sec) : InputLimit{};
   add_input_limit(j, limit);
   if (gpu) {

@@ -89,6 +89,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.cache_restart = d.cache == "restart";
   o.host_share = d.decode == "hybrid" ? d.hybrid_share : 0;
   o.decode_sms = static_cast<int>(d.gpu_decode_sms);
+  o.decode_high_priority = d.gpu_decode_priority == "high";
   return o;
 }
 
