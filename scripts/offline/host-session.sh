@@ -289,7 +289,8 @@ PY
     rm -rf /tmp/prof
     $T "${p[@]}" --set data.decode=${DECODE:-gpu} --set run.name=jpeg > "$out/prof_jpeg.log" 2>&1 ||
       tail -20 "$out/prof_jpeg.log"
-    $T "${p[@]}" --set data.source=synthetic --set data.synthetic_samples=8192 --set run.name=synthetic \
+    $T "${p[@]}" --set data.source=synthetic --set data.synthetic_samples=8192 --set data.train_crop=none \
+      --set data.hflip=0 --set run.name=synthetic \
       > "$out/prof_synthetic.log" 2>&1 || tail -20 "$out/prof_synthetic.log"
     python3 scripts/kernel_table.py /tmp/prof/jpeg/trace.json /tmp/prof/synthetic/trace.json --top 30 --by-stream \
       > "$out/prof_kernels.txt"
