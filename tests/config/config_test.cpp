@@ -201,6 +201,10 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
              "'data.gpu_decode_priority'");
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_priority=high"}, true, 1),
              "'data.gpu_decode_priority': sets the GPU decode path's stream; data.decode is cpu");
+  EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_calls=2"}, true, 1), "");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_calls=0"}, true, 1), "'data.gpu_decode_calls'");
+  expect_has(error_for({"data.decode=cpu", "data.gpu_decode_calls=2"}, true, 1),
+             "'data.gpu_decode_calls': sets the GPU decode path's calls; data.decode is cpu");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_priority=high", "data.gpu_decode_sms=16"}, true, 1),
              "'data.gpu_decode_priority': a green context's stream");
   EXPECT_EQ(error_for({}, false, 4), "");

@@ -494,6 +494,42 @@ TEST(GpuDecode, LoaderOnAFewSmsGivesTheSameBatches) {
   }
 }
 
+// data.gpu_decode_calls 2: two nvJPEG calls in flight give the one-call batches in the one-call order (bad files and
+// fallbacks included), across kept epochs, a partly taken epoch, a resume mid-epoch and evaluation.
+TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
+  REQUIRE_NVJPEG();
+  test::TempDir dir;
+  const auto list = scan_image_folder(write_mixed_set(dir));
+  torch::Device dev(torch::kCUDA, 0);
+  for (bool train : {true, false}) {
+    ImageLoaderOptions o = mixed_set_options(train);
+    GpuImageLoader one(list.samples, o, dev);
+    o.decode_calls = 2;
+    GpuImageLoader two(list.samples, o, dev);
+    int64_t batches = 0;
+    auto expect_same_from = [&](int64_t epoch, int64_t start, int64_t at_most, const std::string& what) {
+      one.set_epoch(epoch, start);
+      two.set_epoch(epoch, start);
+      Batch a, b;
+      for (int64_t k = 0; k < at_most && one.next(a); ++k) {
+        ASSERT_TRUE(two.next(b)) << what << " batch " << k;
+        ++batches;
+        EXPECT_EQ(a.indices, b.indices) << what << " batch " << k;
+        EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu())) << what << " batch " << k;
+        EXPECT_TRUE(torch::equal(a.images.cpu(), b.images.cpu())) << what << " batch " << k;
+      }
+    };
+    const std::string kind = train ? "training" : "evaluation";
+    expect_same_from(0, 0, 1 << 20, kind + " epoch 0");
+    Batch rest;
+    EXPECT_FALSE(two.next(rest)) << kind;
+    expect_same_from(1, 0, 1 << 20, kind + " epoch 1 (kept from the producer)");
+    expect_same_from(2, 0, 1, kind + " epoch 2, one batch");
+    expect_same_from(3, 1, 1 << 20, kind + " epoch 3 from batch 1");
+    EXPECT_GT(batches, 4) << kind;
+  }
+}
+
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
 // within the paths' tolerance, and closer than its bilinear resize does.
 TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {

@@ -197,6 +197,11 @@ Schema fields_of(Config& c) {
                "stream, where nvJPEG's kernels and the crop-resize-normalise run; normal = the training step's, high = "
                "their blocks go to the SMs before the step's waiting ones",
                {"normal", "high"});
+  s.add_int("data.gpu_decode_calls", &c.data.gpu_decode_calls,
+            "data.decode gpu, hybrid (and auto once on the GPU path): nvJPEG batched calls in flight, each batch's "
+            "on a decoder state and thread of its own, handed out in order (a call waits on GPU-side stages that "
+            "slow beside training; 1 = one batch at a time)",
+            closed(1, 4));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -669,6 +674,8 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
     fail("data.gpu_decode_sms", "sets the SMs of the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
   if (c.data.gpu_decode_priority != "normal" && c.data.decode == "cpu")
     fail("data.gpu_decode_priority", "sets the GPU decode path's stream; data.decode is cpu (use gpu, hybrid or auto)");
+  if (c.data.gpu_decode_calls > 1 && c.data.decode == "cpu")
+    fail("data.gpu_decode_calls", "sets the GPU decode path's calls; data.decode is cpu (use gpu, hybrid or auto)");
   if (c.data.gpu_decode_priority != "normal" && c.data.gpu_decode_sms > 0)
     fail("data.gpu_decode_priority", "a green context's stream (data.gpu_decode_sms) keeps the normal priority");
   if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)

@@ -75,6 +75,7 @@ struct DataConfig {
   double hybrid_share = -1;
   int64_t gpu_decode_sms = 0;
   std::string gpu_decode_priority = "normal";
+  int64_t gpu_decode_calls = 1;
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

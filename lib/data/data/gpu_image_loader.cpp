@@ -167,6 +167,10 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
   if (opt_.decode_sms > 0) sms_ = sm_partition(device_, opt_.decode_sms);
 #endif
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
+  for (int k = 1; k < opt_.decode_calls; ++k) {  // their own handles and states: the calls overlap
+    callers_.push_back(std::make_unique<GpuJpegDecoder>(device));
+    callers_.back()->preallocate(static_cast<int>(opt_.batch_size));
+  }
   normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last, opt_.dtype);
   const auto& n = normalized_;
   mean255_ = torch::tensor({n.mean255[0], n.mean255[1], n.mean255[2]}).view({1, 3, 1, 1}).to(device_);
@@ -241,16 +245,44 @@ void GpuImageLoader::loop() {
   c10::cuda::CUDAGuard device_guard(device_.index());
 #endif
   const size_t depth = static_cast<size_t>(std::max(1, opt_.prefetch));
+  const size_t calls = std::min(depth, static_cast<size_t>(std::max(1, opt_.decode_calls)));
+  // opt.decode_calls > 1: batches being made on threads of their own, oldest first; each goes to the queue once
+  // made, in order, so the consumer sees the one-call order
+  struct InFlight {
+    std::unique_ptr<Ready> ready;
+    std::unique_ptr<FileBatch> files;
+    std::future<void> made;
+  };
+  std::deque<InFlight> flying;
+  size_t submitted = 0;  // which decoder a batch goes to, in turn
+  auto hand_over_oldest = [&] {
+    InFlight f = std::move(flying.front());
+    flying.pop_front();
+    f.made.get();  // rethrows the batch's error
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(f.ready));
+    cv_.notify_all();
+  };
+  auto wait_all = [&] {  // on the way out: no thread of a batch outlives the loop
+    for (auto& f : flying)
+      if (f.made.valid()) f.made.wait();
+    flying.clear();
+  };
   try {
     while (true) {
       EpochCursor p;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || queue_.size() < depth; });
-        if (stop_) return;
+        cv_.wait(lock, [&] { return stop_ || queue_.size() + flying.size() < depth; });
+        if (stop_) {
+          lock.unlock();
+          wait_all();
+          return;
+        }
         p = producing_;
       }
       if (p.cursor >= p.total) {  // the epoch is made
+        while (!flying.empty()) hand_over_oldest();  // the consumer needs them to finish the epoch
         if (!opt_.train) return;  // evaluation: one pass per set_epoch
         // training: on with the next epoch, at most one ahead of the consumer
         {
@@ -265,14 +297,39 @@ void GpuImageLoader::loop() {
       }
       auto r = std::make_unique<Ready>();
       r->epoch = p.epoch;
-      produce(p, *r);
       const int64_t made = std::min(opt_.batch_size, p.total - p.cursor);
-      std::lock_guard<std::mutex> lock(mu_);
-      producing_.cursor = p.cursor + made;
-      queue_.push_back(std::move(r));
-      cv_.notify_all();
+      if (calls == 1) {
+        produce(p, *r);
+        std::lock_guard<std::mutex> lock(mu_);
+        producing_.cursor = p.cursor + made;
+        queue_.push_back(std::move(r));
+        cv_.notify_all();
+        continue;
+      }
+      InFlight f;
+      const auto t_read = Clock::now();
+      f.files = std::make_unique<FileBatch>(std::move(take_files(p, made)));
+      const double read_wait_ms = ms_since(t_read);
+      const size_t k = submitted++ % calls;
+      GpuJpegDecoder& decoder = k == 0 ? *decoder_ : *callers_[k - 1];
+      f.made = std::async(std::launch::async, [this, p, files = f.files.get(), &decoder, ready = r.get()] {
+        become_data_thread();
+#ifdef TRAINER_WITH_NVJPEG
+        c10::cuda::CUDAGuard guard(device_.index());
+#endif
+        make(p, *files, decoder, *ready);
+      });
+      f.ready = std::move(r);
+      flying.push_back(std::move(f));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        producing_.cursor = p.cursor + made;
+        stats_.host_read_wait_ms += read_wait_ms;
+      }
+      if (flying.size() >= calls) hand_over_oldest();
     }
   } catch (...) {
+    wait_all();
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::current_exception();
     cv_.notify_all();
@@ -331,8 +388,15 @@ void GpuImageLoader::set_epoch(int64_t epoch, int64_t start_batch) {
 void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   const int64_t B = std::min(opt_.batch_size, p.total - p.cursor);
   const auto t_read = Clock::now();
-  const FileBatch& files = take_files(p, B);
+  FileBatch& files = take_files(p, B);
   const double read_wait_ms = ms_since(t_read);
+  make(p, files, *decoder_, r);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.host_read_wait_ms += read_wait_ms;
+}
+
+void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder& decoder, Ready& r) {
+  const int64_t B = std::min(opt_.batch_size, p.total - p.cursor);
   const std::vector<int64_t> indices(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
 
   // data.gpu_decode_priority: the training step's priority by default (bench/NOTES.md)
@@ -342,7 +406,7 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);
   const auto t_decode = Clock::now();
-  Decoded d = decode(files, indices, *times);
+  Decoded d = decode(files, indices, decoder, *times);
   if (files.pinned.defined())  // the files' pinned buffer is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
@@ -362,7 +426,6 @@ void GpuImageLoader::produce(const EpochCursor& p, Ready& r) {
   times->done.record(side);
 
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.host_read_wait_ms += read_wait_ms;
   stats_.host_decode_ms += decode_host_ms;
   stats_.host_nvjpeg_call_ms += d.nvjpeg_call_ms;
   stats_.host_after_call_ms += d.host_after_call_ms;
@@ -399,6 +462,9 @@ void GpuImageLoader::collect_times() {
 }
 #else
 void GpuImageLoader::produce(const EpochCursor&, Ready&) { TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG"); }
+void GpuImageLoader::make(const EpochCursor&, FileBatch&, GpuJpegDecoder&, Ready&) {
+  TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG");
+}
 void GpuImageLoader::collect_times() {}
 #endif
 
@@ -512,7 +578,7 @@ void GpuImageLoader::decode_share(const EpochCursor& q, const std::vector<int64_
   for (double v : spent) r.share_cpu_ms += v;
 }
 
-const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {
+GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p, int64_t count) {
   ReadAhead& a = *ahead_;
   if (a.pending.valid() && a.epoch == p.epoch && a.cursor == p.cursor)
     a.current = a.pending.get();
@@ -535,7 +601,7 @@ const GpuImageLoader::FileBatch& GpuImageLoader::take_files(const EpochCursor& p
 }
 
 GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std::vector<int64_t>& indices,
-                                               BatchTimes& times) {
+                                               GpuJpegDecoder& decoder, BatchTimes& times) {
   const size_t B = indices.size();
   const int threads = std::max(1, opt_.workers);
   Decoded d;
@@ -573,7 +639,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   });
   const auto t_call = Clock::now();
   try {
-    d.images = decoder_->decode(files.in, info);  // on the current (side) stream
+    d.images = decoder.decode(files.in, info);  // on the current (side) stream
     times.engines_done();
   } catch (...) {
     host_part.wait();

@@ -68,16 +68,19 @@ class GpuImageLoader : public Loader {
   void start();
   void stop();
   void loop();
-  // the batch at p.cursor, on the side stream, in four phases:
+  // the batch at p.cursor, on the side stream, in four phases: take_files on the producer thread, the rest
+  // (make) on it too or, with opt.decode_calls > 1, on a thread of its own beside the batches before
   void produce(const EpochCursor& p, Ready& out);
+  void make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder& decoder, Ready& out);
   // 1. read (ahead) and parse headers; hybrid: the CPU threads' share (the k JPEGs cheapest for them to crop-decode)
   // decoded beside the parsing
   FileBatch read_files(const EpochCursor& p, int64_t count) const;
   std::vector<int64_t> pick_share(const EpochCursor& p, FileBatch& files) const;
   void decode_share(const EpochCursor& p, const std::vector<int64_t>& at, FileBatch& files) const;
-  const FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
+  FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
   // 2. nvJPEG, the CPU threads for what it cannot take, then the hybrid share's outputs onto the device
-  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, BatchTimes& times);
+  Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, GpuJpegDecoder& decoder,
+                 BatchTimes& times);
   static bool in_share(const FileBatch& files, size_t i);
   void take_share(const FileBatch& files, Decoded& d) const;
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
@@ -87,7 +90,8 @@ class GpuImageLoader : public Loader {
   std::vector<ImageSample> samples_;
   ImageLoaderOptions opt_;
   torch::Device device_;
-  std::unique_ptr<GpuJpegDecoder> decoder_;
+  std::unique_ptr<GpuJpegDecoder> decoder_;               // parses every batch's headers; decodes with 1 call
+  std::vector<std::unique_ptr<GpuJpegDecoder>> callers_;  // opt.decode_calls > 1: one decoder a call in flight
   std::shared_ptr<at::cuda::GreenContext> sms_;  // opt.decode_sms > 0: the SMs the side stream runs on
   std::unique_ptr<ReadAhead> ahead_;
   BadSamples bad_;

@@ -90,6 +90,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.host_share = d.decode == "hybrid" ? d.hybrid_share : 0;
   o.decode_sms = static_cast<int>(d.gpu_decode_sms);
   o.decode_high_priority = d.gpu_decode_priority == "high";
+  o.decode_calls = static_cast<int>(d.gpu_decode_calls);
   return o;
 }
 
