@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -494,17 +495,16 @@ TEST(GpuDecode, LoaderOnAFewSmsGivesTheSameBatches) {
   }
 }
 
-// data.gpu_decode_calls 2: two nvJPEG calls in flight give the one-call batches in the one-call order (bad files and
-// fallbacks included), across kept epochs, a partly taken epoch, a resume mid-epoch and evaluation.
-TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
-  REQUIRE_NVJPEG();
+// Two GPU loaders, one with `change` made to its options, give the same batches in the same order (bad files and
+// fallbacks included) across kept epochs, a partly taken epoch, a resume mid-epoch and evaluation.
+void expect_same_batches_with(const std::function<void(ImageLoaderOptions&)>& change) {
   test::TempDir dir;
   const auto list = scan_image_folder(write_mixed_set(dir));
   torch::Device dev(torch::kCUDA, 0);
   for (bool train : {true, false}) {
     ImageLoaderOptions o = mixed_set_options(train);
     GpuImageLoader one(list.samples, o, dev);
-    o.decode_calls = 2;
+    change(o);
     GpuImageLoader two(list.samples, o, dev);
     int64_t batches = 0;
     auto expect_same_from = [&](int64_t epoch, int64_t start, int64_t at_most, const std::string& what) {
@@ -527,7 +527,29 @@ TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
     expect_same_from(2, 0, 1, kind + " epoch 2, one batch");
     expect_same_from(3, 1, 1 << 20, kind + " epoch 3 from batch 1");
     EXPECT_GT(batches, 4) << kind;
+    EXPECT_EQ(one.bad_samples(), two.bad_samples()) << kind;
   }
+}
+
+// data.gpu_decode_calls 2: two nvJPEG calls in flight give the one-call batches in the one-call order.
+TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
+  REQUIRE_NVJPEG();
+  expect_same_batches_with([](ImageLoaderOptions& o) { o.decode_calls = 2; });
+}
+
+// data.gpu_decode_input device: the engines reading the files from device memory give the batches they give reading
+// them from the host; with two calls in flight too (each batch's copy kept until its decode is past).
+TEST(GpuDecode, FilesReadFromTheDeviceGiveTheHostInputBatches) {
+  REQUIRE_NVJPEG();
+  {
+    GpuJpegDecoder probe(torch::Device(torch::kCUDA, 0), true);
+    if (!probe.device_input()) GTEST_SKIP() << "this nvJPEG or GPU has no NVJPEG_BACKEND_HARDWARE_DEVICE";
+  }
+  expect_same_batches_with([](ImageLoaderOptions& o) { o.decode_device_input = true; });
+  expect_same_batches_with([](ImageLoaderOptions& o) {
+    o.decode_device_input = true;
+    o.decode_calls = 2;
+  });
 }
 
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/check.h"
 #include "core/fs.h"
@@ -202,6 +203,11 @@ Schema fields_of(Config& c) {
             "on a decoder state and thread of its own, handed out in order (a call waits on GPU-side stages that "
             "slow beside training; 1 = one batch at a time)",
             closed(1, 4));
+  s.add_string("data.gpu_decode_input", &c.data.gpu_decode_input,
+               "data.decode gpu, hybrid (and auto once on the GPU path): where the hardware JPEG engines read each "
+               "batch's files from; host = nvJPEG copies each file over itself, device = the reading thread copies "
+               "the batch's files to the GPU in one transfer first (where nvJPEG can; else as host)",
+               {"host", "device"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -670,12 +676,14 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
                                      " ranks (data parallel all-reduces run eagerly)"));
   if ((c.data.decode == "gpu" || c.data.decode == "hybrid") && !cuda)
     fail("data.decode", str_cat(c.data.decode, " needs run.device cuda"));
-  if (c.data.gpu_decode_sms > 0 && c.data.decode == "cpu")
-    fail("data.gpu_decode_sms", "sets the SMs of the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
-  if (c.data.gpu_decode_priority != "normal" && c.data.decode == "cpu")
-    fail("data.gpu_decode_priority", "sets the GPU decode path's stream; data.decode is cpu (use gpu, hybrid or auto)");
-  if (c.data.gpu_decode_calls > 1 && c.data.decode == "cpu")
-    fail("data.gpu_decode_calls", "sets the GPU decode path's calls; data.decode is cpu (use gpu, hybrid or auto)");
+  if (c.data.decode == "cpu") {  // the GPU decode path's keys, set away from their defaults, have nothing to set
+    const std::pair<const char*, bool> gpu_path[] = {{"data.gpu_decode_sms", c.data.gpu_decode_sms > 0},
+                                                     {"data.gpu_decode_priority", c.data.gpu_decode_priority != "normal"},
+                                                     {"data.gpu_decode_calls", c.data.gpu_decode_calls > 1},
+                                                     {"data.gpu_decode_input", c.data.gpu_decode_input != "host"}};
+    for (const auto& [key, set] : gpu_path)
+      if (set) fail(key, "sets the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
+  }
   if (c.data.gpu_decode_priority != "normal" && c.data.gpu_decode_sms > 0)
     fail("data.gpu_decode_priority", "a green context's stream (data.gpu_decode_sms) keeps the normal priority");
   if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)

@@ -39,8 +39,19 @@ static std::string decode_name(const PipelineStats& s) {
     return str_cat("hybrid (", s.hardware ? "nvJPEG hardware engines" : "nvJPEG", " + CPU threads, ",
                    s.gpu.cpu_hybrid, " of ", s.gpu.cpu_hybrid + s.gpu.gpu, " images on the CPU, share now ",
                    s.gpu.host_share, ")");
-  if (s.decode == DecodeKind::gpu) return s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
+  if (s.decode == DecodeKind::gpu)
+    return s.device_input ? "gpu (nvJPEG, hardware engines, files read from the device)"
+                          : s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
+}
+
+// the GPU decode path's keys set away from their defaults
+static void gpu_decode_settings(const Config& cfg, nlohmann::json& j) {
+  const DataConfig& d = cfg.data;
+  if (d.gpu_decode_sms > 0) j["gpu_decode_sms"] = d.gpu_decode_sms;
+  if (d.gpu_decode_priority != "normal") j["gpu_decode_priority"] = d.gpu_decode_priority;
+  if (d.gpu_decode_calls > 1) j["gpu_decode_calls"] = d.gpu_decode_calls;
+  if (d.gpu_decode_input != "host") j["gpu_decode_input"] = d.gpu_decode_input;
 }
 
 // the side stream's time and the producer thread's host time per stage, per batch
@@ -147,8 +158,7 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
-    if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
-    if (cfg.data.gpu_decode_priority != "normal") j["gpu_decode_priority"] = cfg.data.gpu_decode_priority;
+    gpu_decode_settings(cfg, j);
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
     const PipelineStats timed = pipeline_since(ps, before);
     // the loader's time
@@ -270,8 +280,7 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
-  if (cfg.data.gpu_decode_sms > 0) j["gpu_decode_sms"] = cfg.data.gpu_decode_sms;
-  if (cfg.data.gpu_decode_priority != "normal") j["gpu_decode_priority"] = cfg.data.gpu_decode_priority;
+  gpu_decode_settings(cfg, j);
   const InputLimit limit = stats.decode == p0.decode ? input_limit(pipeline_since(stats, p0), sec) : InputLimit{};
   add_input_limit(j, limit);
   if (gpu) {
