@@ -20,7 +20,8 @@
 #     the GPU loader's kernels on N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second
 #     JSON as X_2) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
-#   turns (VARIANTS, settings of one model and decode end to end, in turns over ROUNDS: data.thread_nice 0 / 10)
+#   turns (VARIANTS, settings of one model and decode end to end, in turns over ROUNDS: data.thread_nice 0 / 10;
+#     a variant of several settings joins them with commas)
 #   prof (MODEL from the JPEG folder with DECODE against synthetic, 10 training steps profiled: kernels per stream,
 #     the training stream's gaps)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
@@ -254,8 +255,8 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
 PY
     ;;
   turns)  # issue 28: settings A/B in turns beside one model, end to end from the JPEG folder: MODEL (resnet18),
-    # DECODE (gpu), VARIANTS (one --set each, `base` for none; default data.thread_nice 0 against 10), ROUNDS (3);
-    # one synthetic run first, WARMUP 40 + STEPS 200 each
+    # DECODE (gpu), VARIANTS (each a --set, or several joined by commas; `base` for none; default data.thread_nice 0
+    # against 10), ROUNDS (3); one synthetic run first, WARMUP 40 + STEPS 200 each
     jpeg_set
     m=${MODEL:-resnet18}
     b=(bench --config configs/imagenet_like.yaml --set bench.warmup_steps=${WARMUP:-40} --set bench.steps=${STEPS:-200}
@@ -263,7 +264,7 @@ PY
     $T "${b[@]}" --out "$out/bench/${m}_synthetic.json" 2>&1 | grep "bench $m"
     for r in $(seq 1 ${ROUNDS:-3}); do
       for v in ${VARIANTS:-data.thread_nice=0 data.thread_nice=10}; do
-        set_v=(); [ "$v" = base ] || set_v=(--set "$v")
+        set_v=(); [ "$v" = base ] || for kv in ${v//,/ }; do set_v+=(--set "$kv"); done
         $T "${b[@]}" --set bench.data=pipeline --set data.decode=${DECODE:-gpu} "${set_v[@]}" \
           --out "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.json" > "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.log" 2>&1
         python3 - "$out/bench" "$m" "${v//[^a-z0-9_]/_}_r$r" <<'PY'
