@@ -23,7 +23,7 @@
 #   turns (VARIANTS, settings of one model and decode end to end, in turns over ROUNDS: data.thread_nice 0 / 10;
 #     a variant of several settings joins them with commas)
 #   prof (MODEL from the JPEG folder with DECODE against synthetic, 10 training steps profiled: kernels per stream,
-#     the training stream's gaps)
+#     the training stream's gaps, the CUDA calls per host thread)
 #   convfusion (scripts/probes/conv_bn_fusion.py: cuDNN's fused scale-bias-ReLU + convolution + statistics graphs
 #     for ResNet-50's shapes, right and fast; ONLY: some shapes)
 #   vitequiv (ViT-Ti trained with model.fused_norm off over SEEDS (0 1 2) and auto at the first seed: the fused
@@ -300,6 +300,9 @@ PY
       python3 scripts/trace_gaps.py /tmp/prof/$r/trace.json --json "$out/prof_gaps_$r.json" > "$out/prof_gaps_$r.txt"
       echo "== $r"; head -12 "$out/prof_gaps_$r.txt"
     done
+    python3 scripts/trace_api.py /tmp/prof/jpeg/trace.json --top 25 --json "$out/prof_api_jpeg.json" \
+      > "$out/prof_api_jpeg.txt"
+    cat "$out/prof_api_jpeg.txt"
     ;;
   convfusion)  # issue 24 item 5: cuDNN runtime fusion around ResNet-50's convolutions (no build needed)
     w=$(ls .gpu-deps/wheels/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)

@@ -203,5 +203,39 @@ TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
   EXPECT_NE(r.output.find("host-bound 0.05 ms, device-bound 0.15 ms"), std::string::npos) << r.output;
 }
 
+// trace_api.py: the CUDA calls of a crafted trace per thread; the training thread is the one that launched the
+// busiest stream's kernels, and another thread's long sync leads its longest calls.
+TEST(TraceApi, NamesTheTrainingThreadAndTheOthersLongestCalls) {
+  test::TempDir dir;
+  using nlohmann::json;
+  auto call = [](const char* name, int tid, double ts, double dur, int corr) {
+    return json{{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", name}, {"ts", ts}, {"dur", dur},
+                {"tid", tid}, {"args", {{"correlation", corr}}}};
+  };
+  auto kernel = [](int stream, double ts, double dur, int corr) {
+    return json{{"ph", "X"}, {"cat", "kernel"}, {"name", "k"}, {"ts", ts}, {"dur", dur},
+                {"args", {{"stream", stream}, {"correlation", corr}}}};
+  };
+  json ev = json::array({call("cudaLaunchKernel", 1, 0, 5, 1), kernel(7, 10, 300, 1),
+                         call("cudaLaunchKernel", 1, 10, 5, 2), kernel(7, 310, 300, 2),
+                         call("cudaLaunchKernel", 2, 20, 3, 3), kernel(20, 30, 10, 3),
+                         call("cudaEventSynchronize", 2, 30, 800, 4), call("cudaMemcpyAsync", 2, 840, 4, 5)});
+  test::write_file(dir.file("trace.json"), json{{"traceEvents", ev}}.dump());
+  const auto r = test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/trace_api.py") +
+                                   " " + test::shell_quote(dir.file("trace.json")) + " --json " +
+                                   test::shell_quote(dir.file("api.json")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json a = json::parse(test::read_file(dir.file("api.json")));
+  EXPECT_EQ(a["training_thread"].get<int>(), 1);
+  EXPECT_EQ(a["training_stream"].get<int>(), 7);
+  EXPECT_EQ(a["threads"]["1"]["cudaLaunchKernel"]["calls"].get<int>(), 2);
+  EXPECT_DOUBLE_EQ(a["threads"]["2"]["cudaEventSynchronize"]["total_ms"].get<double>(), 0.8);
+  const json& longest = a["longest_other_calls"];
+  ASSERT_EQ(longest.size(), 3u);  // thread 2's three calls, not the training thread's
+  EXPECT_EQ(longest[0]["name"].get<std::string>(), "cudaEventSynchronize");
+  EXPECT_DOUBLE_EQ(longest[0]["us"].get<double>(), 800.0);
+  EXPECT_NE(r.output.find("thread 1 (training)"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace trainer
