@@ -205,10 +205,6 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_calls=0"}, true, 1), "'data.gpu_decode_calls'");
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_calls=2"}, true, 1),
              "'data.gpu_decode_calls': sets the GPU decode path; data.decode is cpu");
-  EXPECT_EQ(error_for({"data.decode=hybrid", "data.gpu_decode_input=device"}, true, 1), "");
-  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_input=gpu"}, true, 1), "'data.gpu_decode_input'");
-  expect_has(error_for({"data.decode=cpu", "data.gpu_decode_input=device"}, true, 1),
-             "'data.gpu_decode_input': sets the GPU decode path; data.decode is cpu");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_priority=high", "data.gpu_decode_sms=16"}, true, 1),
              "'data.gpu_decode_priority': a green context's stream");
   EXPECT_EQ(error_for({}, false, 4), "");

@@ -537,21 +537,6 @@ TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
   expect_same_batches_with([](ImageLoaderOptions& o) { o.decode_calls = 2; });
 }
 
-// data.gpu_decode_input device: the engines reading the files from device memory give the batches they give reading
-// them from the host; with two calls in flight too (each batch's copy kept until its decode is past).
-TEST(GpuDecode, FilesReadFromTheDeviceGiveTheHostInputBatches) {
-  REQUIRE_NVJPEG();
-  {
-    GpuJpegDecoder probe(torch::Device(torch::kCUDA, 0), true);
-    if (!probe.device_input()) GTEST_SKIP() << "this nvJPEG or GPU has no NVJPEG_BACKEND_HARDWARE_DEVICE";
-  }
-  expect_same_batches_with([](ImageLoaderOptions& o) { o.decode_device_input = true; });
-  expect_same_batches_with([](ImageLoaderOptions& o) {
-    o.decode_device_input = true;
-    o.decode_calls = 2;
-  });
-}
-
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
 // within the paths' tolerance, and closer than its bilinear resize does.
 TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {

@@ -203,11 +203,6 @@ Schema fields_of(Config& c) {
             "on a decoder state and thread of its own, handed out in order (a call waits on GPU-side stages that "
             "slow beside training; 1 = one batch at a time)",
             closed(1, 4));
-  s.add_string("data.gpu_decode_input", &c.data.gpu_decode_input,
-               "data.decode gpu, hybrid (and auto once on the GPU path): where the hardware JPEG engines read each "
-               "batch's files from; host = nvJPEG copies each file over itself, device = the reading thread copies "
-               "the batch's files to the GPU in one transfer first (where nvJPEG can; else as host)",
-               {"host", "device"});
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -679,8 +674,7 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
   if (c.data.decode == "cpu") {  // the GPU decode path's keys, set away from their defaults, have nothing to set
     const std::pair<const char*, bool> gpu_path[] = {{"data.gpu_decode_sms", c.data.gpu_decode_sms > 0},
                                                      {"data.gpu_decode_priority", c.data.gpu_decode_priority != "normal"},
-                                                     {"data.gpu_decode_calls", c.data.gpu_decode_calls > 1},
-                                                     {"data.gpu_decode_input", c.data.gpu_decode_input != "host"}};
+                                                     {"data.gpu_decode_calls", c.data.gpu_decode_calls > 1}};
     for (const auto& [key, set] : gpu_path)
       if (set) fail(key, "sets the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
   }

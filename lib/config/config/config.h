@@ -76,7 +76,6 @@ struct DataConfig {
   int64_t gpu_decode_sms = 0;
   std::string gpu_decode_priority = "normal";
   int64_t gpu_decode_calls = 1;
-  std::string gpu_decode_input = "host";
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;

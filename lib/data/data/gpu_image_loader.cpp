@@ -83,21 +83,6 @@ std::vector<torch::Tensor> upload_images(const std::vector<RgbImage>& host, cons
   return out;
 }
 
-#ifdef TRAINER_WITH_NVJPEG
-// A batch's files (pinned) copied to the device in one transfer, on a stream of the pool, and waited for: the engines
-// read device bitstreams when nvjpegDecodeBatched is called, not in stream order. On a read-ahead thread.
-torch::Tensor files_to_device(const torch::Tensor& pinned, const torch::Device& device) {
-  c10::cuda::CUDAGuard guard(device.index());
-  const auto copy = c10::cuda::getStreamFromPool(false, device.index());
-  c10::cuda::CUDAStreamGuard on(copy);
-  torch::Tensor d = pinned.to(device, /*non_blocking=*/true);
-  copy.synchronize();
-  return d;
-}
-#else
-torch::Tensor files_to_device(const torch::Tensor& pinned, const torch::Device&) { return pinned; }
-#endif
-
 torch::Tensor upload_image(const RgbImage& r, const torch::Device& device) {
   return upload(torch::from_blob(const_cast<uint8_t*>(r.pixels.data()), {r.height, r.width, 3}, torch::kUInt8),
                 device);
@@ -107,7 +92,6 @@ torch::Tensor upload_image(const RgbImage& r, const torch::Device& device) {
 
 struct GpuImageLoader::FileBatch {
   torch::Tensor pinned;                    // the batch's files, read straight into it (read_batch)
-  torch::Tensor on_device;                 // opt.decode_device_input: `pinned` copied to the device, for the engines
   GpuJpegDecoder::Files files;             // file i's bytes in `pinned`; {nullptr, 0} where it could not be read
   std::vector<std::string> read_errors;    // why file i could not be read; empty where it was
   GpuJpegDecoder::Files in;                // what nvJPEG reads: `files` but for the CPU threads' share
@@ -178,13 +162,13 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
       split_(opt_.host_share) {
   TRAINER_CHECK(!samples_.empty(), "the image list is empty");
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs run.device cuda");
-  decoder_ = std::make_unique<GpuJpegDecoder>(device, opt_.decode_device_input);
+  decoder_ = std::make_unique<GpuJpegDecoder>(device);
 #ifdef TRAINER_WITH_NVJPEG
   if (opt_.decode_sms > 0) sms_ = sm_partition(device_, opt_.decode_sms);
 #endif
   decoder_->preallocate(static_cast<int>(opt_.batch_size));
   for (int k = 1; k < opt_.decode_calls; ++k) {  // their own handles and states: the calls overlap
-    callers_.push_back(std::make_unique<GpuJpegDecoder>(device, opt_.decode_device_input));
+    callers_.push_back(std::make_unique<GpuJpegDecoder>(device));
     callers_.back()->preallocate(static_cast<int>(opt_.batch_size));
   }
   normalized_ = GpuResizeOutput::normalized(opt_.mean, opt_.std, opt_.channels_last, opt_.dtype);
@@ -211,7 +195,6 @@ PipelineStats GpuImageLoader::pipeline_stats() const {
   PipelineStats s;
   s.decode = DecodeKind::gpu;
   s.hardware = hardware();
-  s.device_input = decoder_->device_input();
   s.gpu = stats();
   s.threads = std::max(1, opt_.workers);
   return s;
@@ -427,7 +410,6 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   if (files.pinned.defined())  // the files' pinned buffer is not reused before the side stream is past the decode
     at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
                                                    files.pinned.storage().data_ptr().get_context(), side.unwrap());
-  if (files.on_device.defined()) files.on_device.record_stream(side);  // nor is their copy on the device
   substitute_failures(d);
   const double decode_host_ms = ms_since(t_decode);
   times->decoded.record(side);
@@ -502,7 +484,6 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   });
   r.files = std::move(bytes.files);
   r.read_errors = std::move(bytes.errors);
-  if (decoder_->device_input() && r.pinned.defined()) r.on_device = files_to_device(r.pinned, device_);
   r.size_ms = bytes.size_ms;
   r.read_ms = bytes.read_ms;
   // training, hybrid: the CPU threads' share, decoded (below) while the headers of the rest are parsed for nvJPEG
@@ -658,9 +639,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   });
   const auto t_call = Clock::now();
   try {
-    const auto* host = files.pinned.defined() ? files.pinned.data_ptr<uint8_t>() : nullptr;
-    const auto* on_device = files.on_device.defined() ? files.on_device.data_ptr<uint8_t>() : nullptr;
-    d.images = decoder.decode(files.in, info, host, on_device);  // on the current (side) stream
+    d.images = decoder.decode(files.in, info);  // on the current (side) stream
     times.engines_done();
   } catch (...) {
     host_part.wait();

@@ -45,7 +45,6 @@ struct GpuJpegDecoder::Impl {
   // per device for the process, never destroyed (buffers allocated on it may outlive any decoder).
   cudaStream_t alloc_stream = nullptr;
   bool hardware = false;
-  bool device_input = false;  // NVJPEG_BACKEND_HARDWARE_DEVICE: bitstreams read from device memory
   // interleaved RGB: planar output is no faster, end to end or alone (bench/NOTES.md)
   const nvjpegOutputFormat_t format = NVJPEG_OUTPUT_RGBI;
   std::mutex parse_mu;                          // inspect() calls, one at a time
@@ -60,14 +59,12 @@ struct GpuJpegDecoder::Impl {
   }
 };
 
-GpuJpegDecoder::GpuJpegDecoder(torch::Device device, bool device_input)
-    : impl_(std::make_unique<Impl>()), device_(device) {
+GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Impl>()), device_(device) {
   TRAINER_CHECK(device.is_cuda(), "data.decode: gpu needs a CUDA device");
   c10::cuda::CUDAGuard guard(device.index());
-  if (device_input &&
-      nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE_DEVICE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
-    impl_->hardware = impl_->device_input = true;
-  } else if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
+  // the engines reading host bitstreams: from device memory (NVJPEG_BACKEND_HARDWARE_DEVICE) nvJPEG makes more CUDA
+  // calls an image and was slower (bench/NOTES.md)
+  if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
     impl_->hardware = true;
   } else {
     TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
@@ -104,7 +101,6 @@ GpuJpegDecoder::~GpuJpegDecoder() {
 }
 
 bool GpuJpegDecoder::hardware() const { return impl_->hardware; }
-bool GpuJpegDecoder::device_input() const { return impl_->device_input; }
 
 void GpuJpegDecoder::preallocate(int batch) {
   if (!impl_->hardware || batch < 1) return;
@@ -161,14 +157,8 @@ std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files& files, in
   return info;
 }
 
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info,
-                                                  const uint8_t* host, const uint8_t* on_device) {
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std::vector<Info>& info) {
   TRAINER_CHECK(info.size() == files.size(), "GpuJpegDecoder::decode: one info per file");
-  TRAINER_CHECK(!impl_->device_input || (host && on_device),
-                "GpuJpegDecoder::decode: this decoder reads the files from the device: give where they are there");
-  auto bitstream = [&](size_t i) {  // what the engines read: the host bytes, or their copy on the device
-    return impl_->device_input ? on_device + (files[i].first - host) : files[i].first;
-  };
   std::vector<torch::Tensor> out(files.size());
   // submission order: alike files together (chroma subsampling, then size), as the engines prefer
   std::vector<size_t> which;
@@ -218,7 +208,7 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
     nvjpegImage_t img{};
     img.channel[0] = t.data_ptr<uint8_t>();
     img.pitch[0] = static_cast<size_t>(w) * 3;
-    data.push_back(bitstream(i));
+    data.push_back(files[i].first);
     lengths.push_back(files[i].second);
     dst.push_back(img);
     if (regions)
@@ -247,19 +237,15 @@ std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files& files, const std:
 #else
 bool gpu_decode_available() { return false; }
 struct GpuJpegDecoder::Impl {};
-GpuJpegDecoder::GpuJpegDecoder(torch::Device device, bool) : device_(device) {
+GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : device_(device) {
   TRAINER_FAIL("data.decode: gpu: this build has no nvJPEG (install the CUDA toolkit's nvJPEG or the "
                "nvidia-nvjpeg wheel and rebuild)");
 }
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 bool GpuJpegDecoder::hardware() const { return false; }
-bool GpuJpegDecoder::device_input() const { return false; }
 std::vector<GpuJpegDecoder::Info> GpuJpegDecoder::inspect(const Files&, int, const RoiFn&) { return {}; }
 void GpuJpegDecoder::preallocate(int) {}
-std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&, const uint8_t*,
-                                                  const uint8_t*) {
-  return {};
-}
+std::vector<torch::Tensor> GpuJpegDecoder::decode(const Files&, const std::vector<Info>&) { return {}; }
 #endif
 
 }  // namespace trainer

@@ -2,8 +2,6 @@
 // where the device has them (A100, H100, H200), else nvJPEG's default backend; with the engines, optionally only
 // a region of each image (the training crop). What the batched decoder does not take (PNG, CMYK, progressive on
 // the engines, corrupt files) comes back undefined for the caller's CPU decoder.
-// With the engines the bitstreams may also be read from device memory (NVJPEG_BACKEND_HARDWARE_DEVICE): the caller
-// copies a batch's files over in one transfer, and nvJPEG makes no per-image copies of its own.
 // Built when nvJPEG is found (the CUDA toolkit's or the nvidia-nvjpeg wheel's); elsewhere gpu_decode_available()
 // is false and constructing a decoder is a clear error.
 #pragma once
@@ -26,14 +24,11 @@ bool gpu_decode_available();  // built with nvJPEG
 // undefined (the caller decodes them on the CPU).
 class GpuJpegDecoder {
  public:
-  // device_input: the engines read the bitstreams from device memory where this nvJPEG and GPU allow it
-  // (device_input() says whether they do); decode() is then given where each file's bytes are on the device.
-  explicit GpuJpegDecoder(torch::Device device, bool device_input = false);
+  explicit GpuJpegDecoder(torch::Device device);
   ~GpuJpegDecoder();
   GpuJpegDecoder(const GpuJpegDecoder&) = delete;
   GpuJpegDecoder& operator=(const GpuJpegDecoder&) = delete;
-  bool hardware() const;      // the hardware JPEG engines are in use
-  bool device_input() const;  // they read the bitstreams from device memory
+  bool hardware() const;  // the hardware JPEG engines are in use
   using Files = std::vector<std::pair<const uint8_t*, size_t>>;
   struct Info {
     int width = 0, height = 0;  // the whole image
@@ -49,10 +44,7 @@ class GpuJpegDecoder {
   std::vector<Info> inspect(const Files& files, int threads = 1, const RoiFn& roi_of = {});
   // Decodes the files with info.supported (their roi where set: the tensor is roi.h x roi.w), queued on the current
   // CUDA stream; the rest come back undefined. The host data must stay valid until the call returns.
-  // With device_input(), the files' bytes also lie on the device: file i's at on_device + (files[i].first - host),
-  // copied there before the call (the engines read them during it) and kept until the current stream is past it.
-  std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info, const uint8_t* host = nullptr,
-                                    const uint8_t* on_device = nullptr);
+  std::vector<torch::Tensor> decode(const Files& files, const std::vector<Info>& info);
   std::vector<torch::Tensor> decode(const Files& files) { return decode(files, inspect(files)); }
   // Lets the engines' memory pool be set up for batches of up to `batch` files (nvjpegDecodeBatchedPreAllocate).
   void preallocate(int batch);

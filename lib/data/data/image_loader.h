@@ -70,9 +70,6 @@ struct ImageLoaderOptions {
   int decode_sms = 0;
   bool decode_high_priority = false;  // the GPU path's side stream from CUDA's high-priority pool
   int decode_calls = 1;  // the GPU path's nvJPEG calls in flight, each batch's on a decoder and thread of its own
-  // the GPU path's engines read each batch's files from device memory, copied there in one transfer by the reading
-  // thread (where nvJPEG has NVJPEG_BACKEND_HARDWARE_DEVICE), instead of nvJPEG's own copies per image
-  bool decode_device_input = false;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +

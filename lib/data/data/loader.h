@@ -55,8 +55,7 @@ struct GpuDecodeStats {
 // DecodeKind::gpu.
 struct PipelineStats {
   DecodeKind decode = DecodeKind::none;
-  bool hardware = false;      // gpu: on the hardware JPEG engines
-  bool device_input = false;  // which read the files from device memory
+  bool hardware = false;  // gpu: on the hardware JPEG engines
   int threads = 0;        // the decode threads (cpu), the reading and parsing threads (gpu)
   StageTotals cpu;
   GpuDecodeStats gpu;

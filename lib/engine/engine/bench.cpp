@@ -39,9 +39,7 @@ static std::string decode_name(const PipelineStats& s) {
     return str_cat("hybrid (", s.hardware ? "nvJPEG hardware engines" : "nvJPEG", " + CPU threads, ",
                    s.gpu.cpu_hybrid, " of ", s.gpu.cpu_hybrid + s.gpu.gpu, " images on the CPU, share now ",
                    s.gpu.host_share, ")");
-  if (s.decode == DecodeKind::gpu)
-    return s.device_input ? "gpu (nvJPEG, hardware engines, files read from the device)"
-                          : s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
+  if (s.decode == DecodeKind::gpu) return s.hardware ? "gpu (nvJPEG, hardware engines)" : "gpu (nvJPEG)";
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
 }
 
@@ -51,7 +49,6 @@ static void gpu_decode_settings(const Config& cfg, nlohmann::json& j) {
   if (d.gpu_decode_sms > 0) j["gpu_decode_sms"] = d.gpu_decode_sms;
   if (d.gpu_decode_priority != "normal") j["gpu_decode_priority"] = d.gpu_decode_priority;
   if (d.gpu_decode_calls > 1) j["gpu_decode_calls"] = d.gpu_decode_calls;
-  if (d.gpu_decode_input != "host") j["gpu_decode_input"] = d.gpu_decode_input;
 }
 
 // the side stream's time and the producer thread's host time per stage, per batch

@@ -91,7 +91,6 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.decode_sms = static_cast<int>(d.gpu_decode_sms);
   o.decode_high_priority = d.gpu_decode_priority == "high";
   o.decode_calls = static_cast<int>(d.gpu_decode_calls);
-  o.decode_device_input = d.gpu_decode_input == "device";
   return o;
 }
 
