@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 
@@ -409,8 +408,8 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   const std::vector<int64_t> indices(p.order->begin() + p.cursor, p.order->begin() + p.cursor + B);
 
   // data.gpu_decode_priority: the training step's priority by default (bench/NOTES.md)
-  const auto side = sms_ ? sms_->Stream()
-                         : c10::cuda::CUDAStream::unpack3(next_side_stream(), device_.index(), c10::DeviceType::CUDA);
+  const auto side =
+      sms_ ? sms_->Stream() : c10::cuda::getStreamFromPool(opt_.decode_high_priority, device_.index());
   c10::cuda::CUDAStreamGuard guard(side);
   auto times = std::make_unique<BatchTimes>();
   times->started.record(side);
@@ -460,20 +459,6 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   by_stream.second += d.nvjpeg_call_ms;
   times_.push_back(std::move(times));
   collect_times();
-}
-
-int64_t GpuImageLoader::next_side_stream() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (side_streams_.empty()) {  // the pool's streams in index order, less the first TRAINER_AB_SKIP_STREAMS
-    std::vector<int64_t> all;
-    for (int i = 0; i < 32; ++i)
-      all.push_back(c10::cuda::getStreamFromPool(opt_.decode_high_priority, device_.index()).id());
-    std::sort(all.begin(), all.end());
-    const char* e = std::getenv("TRAINER_AB_SKIP_STREAMS");
-    const size_t skip = e ? std::min<size_t>(31, std::strtoul(e, nullptr, 10)) : 0;
-    side_streams_.assign(all.begin() + static_cast<std::ptrdiff_t>(skip), all.end());
-  }
-  return side_streams_[next_side_++ % side_streams_.size()];
 }
 
 void GpuImageLoader::collect_times() {

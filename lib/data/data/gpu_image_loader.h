@@ -117,9 +117,6 @@ class GpuImageLoader : public Loader {
   // the nvJPEG call's host time by the side stream it was queued on (batches, total ms): logged at debug level when
   // the loader goes, to tell calls slowed by their stream's hardware queue (shared with training's) from the rest
   std::map<int64_t, std::pair<int64_t, double>> calls_by_stream_;
-  int64_t next_side_stream();        // a batch's side stream (its c10 id), in turn
-  std::vector<int64_t> side_streams_;  // the pool's streams the loader takes in turn
-  size_t next_side_ = 0;
 };
 
 }  // namespace trainer
