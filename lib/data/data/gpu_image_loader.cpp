@@ -10,7 +10,6 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/parallel.h"
-#include "core/strings.h"
 #include "core/thread_priority.h"
 #include "data/augment.h"
 #include "data/device_upload.h"
@@ -183,13 +182,6 @@ GpuImageLoader::GpuImageLoader(std::vector<ImageSample> samples, ImageLoaderOpti
 GpuImageLoader::~GpuImageLoader() {
   stop();
   if (ahead_->pending.valid()) ahead_->pending.wait();
-  if (log::enabled(log::Level::debug) && !calls_by_stream_.empty()) {
-    std::string s = "GPU loader: the nvJPEG call by side stream (stream id: batches x mean ms):";
-    for (const auto& [id, c] : calls_by_stream_)
-      s += strprintf(" %lld: %lld x %.1f", static_cast<long long>(id), static_cast<long long>(c.first),
-                     c.second / static_cast<double>(c.first));
-    log::debug(s);
-  }
 }
 
 GpuDecodeStats GpuImageLoader::stats() const {
@@ -454,9 +446,6 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   split_.observe_host(files.share_images, files.host_ms);
   stats_.host_share = files.share;
   times->by_gpu = d.by_gpu;
-  auto& by_stream = calls_by_stream_[static_cast<int64_t>(side.id())];
-  ++by_stream.first;
-  by_stream.second += d.nvjpeg_call_ms;
   times_.push_back(std::move(times));
   collect_times();
 }

@@ -11,12 +11,10 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "data/bad_samples.h"
@@ -114,9 +112,6 @@ class GpuImageLoader : public Loader {
   GpuDecodeStats stats_;
   DecodeSplit split_;  // how many of a batch the CPU threads decode (opt_.host_share)
   std::deque<std::unique_ptr<BatchTimes>> times_;
-  // the nvJPEG call's host time by the side stream it was queued on (batches, total ms): logged at debug level when
-  // the loader goes, to tell calls slowed by their stream's hardware queue (shared with training's) from the rest
-  std::map<int64_t, std::pair<int64_t, double>> calls_by_stream_;
 };
 
 }  // namespace trainer
