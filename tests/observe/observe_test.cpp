@@ -156,6 +156,13 @@ TEST(Verdict, OnCraftedTimings) {
   EXPECT_TRUE(bottleneck_verdicts(t).empty());
 }
 
+// scripts/<script> on a crafted trace of `events` written into dir, its JSON to dir/out.json
+test::CommandResult run_trace_script(const test::TempDir& dir, const std::string& script, const nlohmann::json& events) {
+  test::write_file(dir.file("trace.json"), nlohmann::json{{"traceEvents", events}}.dump());
+  return test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/" + script) + " " +
+                           test::shell_quote(dir.file("trace.json")) + " --json " + test::shell_quote(dir.file("out.json")));
+}
+
 // trace_gaps.py: a crafted trace with a host-bound gap (the next kernel's launch call ends after the gap begins)
 // and a device-bound one (launched in time; another stream's kernel runs during it) on the busiest stream.
 TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
@@ -178,12 +185,9 @@ TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
                          kernel("rgba2rgb", 20, 260, 100, 4), launch(200, 5, 4),  // runs inside the second gap
                          kernel("conv_d", 7, 501, 100, 5), launch(300, 5, 5),     // a 1 us gap: below the floor
                          malloc_call});
-  test::write_file(dir.file("trace.json"), json{{"traceEvents", ev}}.dump());
-  const auto r = test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/trace_gaps.py") +
-                                   " " + test::shell_quote(dir.file("trace.json")) + " --json " +
-                                   test::shell_quote(dir.file("gaps.json")));
+  const auto r = run_trace_script(dir, "trace_gaps.py", ev);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json g = json::parse(test::read_file(dir.file("gaps.json")));
+  const json g = json::parse(test::read_file(dir.file("out.json")));
   EXPECT_EQ(g["stream"].get<int>(), 7);
   EXPECT_EQ(g["kernels"].get<int>(), 4);
   EXPECT_EQ(g["gaps"].get<int>(), 2);
@@ -220,12 +224,9 @@ TEST(TraceApi, NamesTheTrainingThreadAndTheOthersLongestCalls) {
                          call("cudaLaunchKernel", 1, 10, 5, 2), kernel(7, 310, 300, 2),
                          call("cudaLaunchKernel", 2, 20, 3, 3), kernel(20, 30, 10, 3),
                          call("cudaEventSynchronize", 2, 30, 800, 4), call("cudaMemcpyAsync", 2, 840, 4, 5)});
-  test::write_file(dir.file("trace.json"), json{{"traceEvents", ev}}.dump());
-  const auto r = test::run_command(test::python() + " " + test::shell_quote(test::source_dir() + "/scripts/trace_api.py") +
-                                   " " + test::shell_quote(dir.file("trace.json")) + " --json " +
-                                   test::shell_quote(dir.file("api.json")));
+  const auto r = run_trace_script(dir, "trace_api.py", ev);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json a = json::parse(test::read_file(dir.file("api.json")));
+  const json a = json::parse(test::read_file(dir.file("out.json")));
   EXPECT_EQ(a["training_thread"].get<int>(), 1);
   EXPECT_EQ(a["training_stream"].get<int>(), 7);
   EXPECT_EQ(a["threads"]["1"]["cudaLaunchKernel"]["calls"].get<int>(), 2);
