@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CUDA API calls per host thread in a `trainer --profile` Chrome trace: for each thread, each call's count, total
 and longest time, and the longest single calls of the threads other than the training one (the thread that
-launched most of the training stream's kernels). A call that waits for the device (an event or stream sync, an
+launched most of the training stream's kernels; with autograd, the backward pass launches from a thread of its
+own, so every thread that launched a tenth of that stream's kernels counts as training). A call that waits for the device (an event or stream sync, an
 allocation or free that synchronises it) shows up as a few long calls; a thread that is busy launching as many
 short ones.
 
@@ -27,6 +28,8 @@ def analyse(events, top=15):
         if k.get("args", {}).get("stream") == training_stream:
             by_tid[launcher.get(k.get("args", {}).get("correlation"))] += 1
     training_tid = by_tid.most_common(1)[0][0] if by_tid else None
+    launched = sum(by_tid.values())
+    training = sorted(t for t, n in by_tid.items() if t is not None and 10 * n >= launched)
     start = min(e["ts"] for e in api)
     end = max(e["ts"] + e["dur"] for e in api)
     threads = {}
@@ -36,10 +39,11 @@ def analyse(events, top=15):
         c[0] += 1
         c[1] += e["dur"]
         c[2] = max(c[2], e["dur"])
-    longest = sorted((e for e in api if e["tid"] != training_tid), key=lambda e: -e["dur"])[:top]
+    longest = sorted((e for e in api if e["tid"] not in training), key=lambda e: -e["dur"])[:top]
     return {
         "window_ms": (end - start) / 1e3,
         "training_thread": training_tid,
+        "training_threads": training,
         "training_stream": training_stream,
         "threads": {str(tid): {name: {"calls": c[0], "total_ms": c[1] / 1e3, "longest_us": c[2]}
                                for name, c in sorted(calls.items(), key=lambda kv: -kv[1][1])}
@@ -56,10 +60,11 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     r = analyse(json.load(open(a.trace))["traceEvents"], a.top)
-    print(f"window {r['window_ms']:.1f} ms; training thread {r['training_thread']} (stream {r['training_stream']})")
+    print(f"window {r['window_ms']:.1f} ms; training threads {', '.join(map(str, r['training_threads']))} "
+          f"(stream {r['training_stream']})")
     for tid, calls in sorted(r["threads"].items(), key=lambda kv: -sum(c["total_ms"] for c in kv[1].values())):
         total = sum(c["total_ms"] for c in calls.values())
-        mark = " (training)" if tid == str(r["training_thread"]) else ""
+        mark = " (training)" if tid in {str(t) for t in r["training_threads"]} else ""
         print(f"thread {tid}{mark}: {total:.1f} ms in CUDA calls")
         for name, c in list(calls.items())[:8]:
             print(f"    {name[:40]:40s} x{c['calls']:<6d} {c['total_ms']:8.2f} ms, longest {c['longest_us']:8.0f} us")

@@ -207,8 +207,8 @@ TEST(TraceGaps, SplitsIdleTimeIntoHostAndDeviceBound) {
   EXPECT_NE(r.output.find("host-bound 0.05 ms, device-bound 0.15 ms"), std::string::npos) << r.output;
 }
 
-// trace_api.py: the CUDA calls of a crafted trace per thread; the training thread is the one that launched the
-// busiest stream's kernels, and another thread's long sync leads its longest calls.
+// trace_api.py: the CUDA calls of a crafted trace per thread; the training threads are those that launched the
+// busiest stream's kernels (the forward's and autograd's), and another thread's long sync leads the rest's longest.
 TEST(TraceApi, NamesTheTrainingThreadAndTheOthersLongestCalls) {
   test::TempDir dir;
   using nlohmann::json;
@@ -223,19 +223,22 @@ TEST(TraceApi, NamesTheTrainingThreadAndTheOthersLongestCalls) {
   json ev = json::array({call("cudaLaunchKernel", 1, 0, 5, 1), kernel(7, 10, 300, 1),
                          call("cudaLaunchKernel", 1, 10, 5, 2), kernel(7, 310, 300, 2),
                          call("cudaLaunchKernel", 2, 20, 3, 3), kernel(20, 30, 10, 3),
-                         call("cudaEventSynchronize", 2, 30, 800, 4), call("cudaMemcpyAsync", 2, 840, 4, 5)});
+                         call("cudaEventSynchronize", 2, 30, 800, 4), call("cudaMemcpyAsync", 2, 840, 4, 5),
+                         call("cudaLaunchKernel", 3, 600, 900, 6), kernel(7, 1500, 100, 6)});  // the backward's
   const auto r = run_trace_script(dir, "trace_api.py", ev);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json a = json::parse(test::read_file(dir.file("out.json")));
   EXPECT_EQ(a["training_thread"].get<int>(), 1);
+  EXPECT_EQ(a["training_threads"], json::array({1, 3}));
   EXPECT_EQ(a["training_stream"].get<int>(), 7);
   EXPECT_EQ(a["threads"]["1"]["cudaLaunchKernel"]["calls"].get<int>(), 2);
   EXPECT_DOUBLE_EQ(a["threads"]["2"]["cudaEventSynchronize"]["total_ms"].get<double>(), 0.8);
   const json& longest = a["longest_other_calls"];
-  ASSERT_EQ(longest.size(), 3u);  // thread 2's three calls, not the training thread's
+  ASSERT_EQ(longest.size(), 3u);  // thread 2's three calls, not the training threads' (3's 900 us launch)
   EXPECT_EQ(longest[0]["name"].get<std::string>(), "cudaEventSynchronize");
   EXPECT_DOUBLE_EQ(longest[0]["us"].get<double>(), 800.0);
   EXPECT_NE(r.output.find("thread 1 (training)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("thread 3 (training)"), std::string::npos) << r.output;
 }
 
 }  // namespace
