@@ -11,7 +11,8 @@
 //   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread -o /tmp/nvjpeg_call
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
 // Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
-// BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning).
+// BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning),
+// FLAGS="0 1" (nvjpegCreateEx flags in turn: 1 = NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE, no extra images buffered).
 #include <cuda_runtime.h>
 #include <nvjpeg.h>
 #include <time.h>
@@ -134,15 +135,17 @@ int count_pinned_free(void*, void* p, size_t, cudaStream_t) {
   return cudaFreeHost(p) == cudaSuccess ? 0 : 1;
 }
 
+unsigned g_flags = 0;  // the handles' nvjpegCreateEx flags (FLAGS)
+
 nvjpegHandle_t make_handle(const std::string& alloc) {
   nvjpegHandle_t h = nullptr;
   if (alloc == "default") {
-    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
+    NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, g_flags, &h));
     return h;
   }
   nvjpegDevAllocatorV2_t dev{count_dev_malloc, count_dev_free, nullptr};
   nvjpegPinnedAllocatorV2_t pinned{count_pinned_malloc, count_pinned_free, nullptr};
-  NJ(nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev, &pinned, 0, &h));
+  NJ(nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev, &pinned, g_flags, &h));
   return h;
 }
 
@@ -325,9 +328,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> loads;
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
-  for (const std::string& kind : loads)
-    for (const std::string& alloc : allocs)
-      for (int s : spins)
-        for (int t : thread_counts) run(set, kind, s, t, alloc);
+  for (const auto& f : words("FLAGS", {"0"})) {
+    g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
+    std::printf("nvjpegCreateEx flags %u\n", g_flags);
+    for (const std::string& kind : loads)
+      for (const std::string& alloc : allocs)
+        for (int s : spins)
+          for (int t : thread_counts) run(set, kind, s, t, alloc);
+  }
   return 0;
 }
