@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """CUDA API calls per host thread in a `trainer --profile` Chrome trace: for each thread, each call's count, total
-and longest time, and the longest single calls of the threads other than the training one (the thread that
-launched most of the training stream's kernels; with autograd, the backward pass launches from a thread of its
-own, so every thread that launched a tenth of that stream's kernels counts as training). A call that waits for the device (an event or stream sync, an
-allocation or free that synchronises it) shows up as a few long calls; a thread that is busy launching as many
-short ones.
+and longest time, and the longest single calls of the threads other than the training ones (those that launched a
+tenth or more of the training stream's kernels: the step launches from the main thread and autograd's). A call
+that waits for the device (an event or stream sync, an allocation or free that synchronises it) shows up as a few
+long calls; a thread that is busy launching as many short ones.
 
 usage: trace_api.py trace.json [--top 15] [--json OUT]
 """
@@ -12,15 +11,15 @@ import argparse
 import collections
 import json
 
+from trace_gaps import kernel_time_per_stream, load
+
 
 def analyse(events, top=15):
     api = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
     if not api:
         raise SystemExit("no CUDA API calls in the trace (a CPU run, or the profiler saw no device)")
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
-    per_stream = collections.Counter()
-    for e in kernels:
-        per_stream[e.get("args", {}).get("stream")] += e["dur"]
+    per_stream = kernel_time_per_stream(kernels)
     training_stream = per_stream.most_common(1)[0][0] if per_stream else None
     launcher = {e.get("args", {}).get("correlation"): e.get("tid") for e in api}
     by_tid = collections.Counter()
@@ -59,7 +58,7 @@ def main():
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json")
     a = ap.parse_args()
-    r = analyse(json.load(open(a.trace))["traceEvents"], a.top)
+    r = analyse(load(a.trace), a.top)
     print(f"window {r['window_ms']:.1f} ms; training threads {', '.join(map(str, r['training_threads']))} "
           f"(stream {r['training_stream']})")
     for tid, calls in sorted(r["threads"].items(), key=lambda kv: -sum(c["total_ms"] for c in kv[1].values())):
@@ -72,7 +71,8 @@ def main():
     for c in r["longest_other_calls"]:
         print(f"    {c['us']:8.0f} us  {c['name'][:40]:40s} thread {c['tid']} at {c['at_ms']:.1f} ms")
     if a.json:
-        json.dump(r, open(a.json, "w"), indent=1)
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=1)
 
 
 if __name__ == "__main__":

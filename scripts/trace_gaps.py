@@ -18,14 +18,20 @@ def load(path):
     return json.load(open(path))["traceEvents"]
 
 
+def kernel_time_per_stream(kernels):
+    """Kernel time (us) per stream; its most_common(1) is the training stream."""
+    per_stream = collections.Counter()
+    for e in kernels:
+        per_stream[e.get("args", {}).get("stream")] += e["dur"]
+    return per_stream
+
+
 def analyse(events, stream=None, min_gap_us=2.0, top=10):
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     kernels = [e for e in gpu if e["cat"] == "kernel"]
     if not kernels:
         raise SystemExit("no GPU kernels in the trace (a CPU run, or the profiler saw no device)")
-    per_stream = collections.Counter()
-    for e in kernels:
-        per_stream[e.get("args", {}).get("stream")] += e["dur"]
+    per_stream = kernel_time_per_stream(kernels)
     if stream is None:
         stream = per_stream.most_common(1)[0][0]
     mine = sorted((e for e in kernels if e.get("args", {}).get("stream") == stream), key=lambda e: e["ts"])
