@@ -255,8 +255,8 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
 PY
     ;;
   turns)  # issue 28: settings A/B in turns beside one model, end to end from the JPEG folder: MODEL (resnet18),
-    # DECODE (gpu), VARIANTS (each a --set, or several joined by commas; `base` for none; default data.thread_nice 0
-    # against 10), ROUNDS (3); one synthetic run first, WARMUP 40 + STEPS 200 each
+    # DECODE (gpu), VARIANTS (each a --set or a TRAINER_* environment variable, or several joined by commas; `base`
+    # for none; default data.thread_nice 0 against 10), ROUNDS (3); one synthetic run first, WARMUP 40 + STEPS 200 each
     jpeg_set
     m=${MODEL:-resnet18}
     b=(bench --config configs/imagenet_like.yaml --set bench.warmup_steps=${WARMUP:-40} --set bench.steps=${STEPS:-200}
@@ -264,10 +264,14 @@ PY
     $T "${b[@]}" --out "$out/bench/${m}_synthetic.json" 2>&1 | grep "bench $m"
     for r in $(seq 1 ${ROUNDS:-3}); do
       for v in ${VARIANTS:-data.thread_nice=0 data.thread_nice=10}; do
-        set_v=(); [ "$v" = base ] || for kv in ${v//,/ }; do set_v+=(--set "$kv"); done
-        $T "${b[@]}" --set bench.data=pipeline --set data.decode=${DECODE:-gpu} "${set_v[@]}" \
-          --out "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.json" > "$out/bench/${m}_${v//[^a-z0-9_]/_}_r$r.log" 2>&1
-        python3 - "$out/bench" "$m" "${v//[^a-z0-9_]/_}_r$r" <<'PY'
+        set_v=() env_v=()  # a TRAINER_* item is the run's environment, the rest --set overrides
+        [ "$v" = base ] || for kv in ${v//,/ }; do
+          if [[ $kv == TRAINER_* ]]; then env_v+=("$kv"); else set_v+=(--set "$kv"); fi
+        done
+        tag=${v,,} && tag=${tag//[^a-z0-9_]/_}_r$r
+        env "${env_v[@]}" $T "${b[@]}" --set bench.data=pipeline --set data.decode=${DECODE:-gpu} "${set_v[@]}" \
+          --out "$out/bench/${m}_$tag.json" > "$out/bench/${m}_$tag.log" 2>&1
+        python3 - "$out/bench" "$m" "$tag" <<'PY'
 import json, sys
 d, m, tag = sys.argv[1:4]
 syn = json.load(open(f"{d}/{m}_synthetic.json"))["img_per_s"]

@@ -8,12 +8,17 @@
 // percentile, max). The handle's memory comes from nvJPEG's own allocators ("default") or from the same CUDA calls
 // counted and timed ("count": how often a call allocates after the warm-up, and what that costs).
 //
-//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lpthread -o /tmp/nvjpeg_call
+//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lcupti -lpthread -o /tmp/nvjpeg_call
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
 // Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
 // BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning),
-// FLAGS="0 1" (nvjpegCreateEx flags in turn: 1 = NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE, no extra images buffered).
+// FLAGS="0 1" (nvjpegCreateEx flags in turn: 1 = NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE, no extra images buffered),
+// FORMATS="RGBI NV12 YUV RGB Y" (the output format in turn; planes get a pitch of the window's width),
+// ROI="1 0" (the crop window decoded, or the whole image), PINNED=1 (the bitstreams in page-locked memory),
+// COUNT=1 (after each configuration's timing, 8 more calls on one thread with every CUDA runtime and driver call
+// they make counted through CUPTI: which calls, how many a call). Link CUPTI for it: -lcupti.
 #include <cuda_runtime.h>
+#include <cupti.h>
 #include <nvjpeg.h>
 #include <time.h>
 
@@ -25,6 +30,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -62,7 +69,9 @@ double now_ms(clockid_t clock) {
 
 struct Image {
   std::vector<unsigned char> bytes;
+  const unsigned char* data = nullptr;  // bytes, or their copy in pinned memory (PINNED=1)
   int x = 0, y = 0, w = 0, h = 0;  // the crop window
+  int width = 0, height = 0;
 };
 
 // RandomResizedCrop(224)'s window draw: area 8-100%, aspect 3/4-4/3, else the centre
@@ -97,10 +106,25 @@ std::vector<Image> load(const std::string& dir, nvjpegHandle_t handle, size_t co
     nvjpegChromaSubsampling_t ss;
     if (nvjpegGetImageInfo(handle, im.bytes.data(), im.bytes.size(), &comps, &ss, w, h) != NVJPEG_STATUS_SUCCESS)
       continue;
+    im.width = w[0], im.height = h[0];
     draw_window(im, w[0], h[0], rng);
     out.push_back(std::move(im));
   }
+  for (auto& im : out) im.data = im.bytes.data();
   return out;
+}
+
+// PINNED=1: the bitstreams copied into one page-locked block, as the trainer's loader reads its files
+void pin(std::vector<Image>& set) {
+  size_t total = 0;
+  for (const auto& im : set) total += im.bytes.size();
+  unsigned char* block = nullptr;
+  CK(cudaHostAlloc(reinterpret_cast<void**>(&block), total, cudaHostAllocDefault));
+  for (auto& im : set) {
+    std::copy(im.bytes.begin(), im.bytes.end(), block);
+    im.data = block;
+    block += im.bytes.size();
+  }
 }
 
 // --- the handle's allocators ---------------------------------------------------------------------------------
@@ -136,6 +160,39 @@ int count_pinned_free(void*, void* p, size_t, cudaStream_t) {
 }
 
 unsigned g_flags = 0;  // the handles' nvjpegCreateEx flags (FLAGS)
+nvjpegOutputFormat_t g_format = NVJPEG_OUTPUT_RGBI;  // FORMATS
+bool g_roi = true;  // ROI
+
+// --- CUDA calls counted on the decoding thread (COUNT=1) ------------------------------------------------------
+thread_local bool t_counting = false;
+std::mutex g_count_mu;
+std::map<std::pair<int, int>, long> g_counts;  // (CUPTI domain, callback id) -> calls
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void* data) {
+  if (!t_counting || static_cast<const CUpti_CallbackData*>(data)->callbackSite != CUPTI_API_ENTER) return;
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  g_counts[{static_cast<int>(domain), static_cast<int>(id)}]++;
+}
+
+// the counted calls a decode call makes, most frequent first, runtime ("rt") and driver ("drv") apart
+void print_counts(int calls) {
+  std::vector<std::pair<long, std::string>> rows;
+  long total[2] = {0, 0};
+  for (const auto& [key, n] : g_counts) {
+    const char* name = nullptr;
+    cuptiGetCallbackName(static_cast<CUpti_CallbackDomain>(key.first), static_cast<uint32_t>(key.second), &name);
+    const bool rt = key.first == CUPTI_CB_DOMAIN_RUNTIME_API;
+    total[rt ? 0 : 1] += n;
+    rows.push_back({n, std::string(rt ? "rt " : "drv ") + (name ? name : "?")});
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("  CUDA calls a decode call: runtime %.1f, driver %.1f |", double(total[0]) / calls,
+              double(total[1]) / calls);
+  for (size_t i = 0; i < rows.size() && i < 12; ++i)
+    std::printf(" %s %.1f", rows[i].second.c_str(), double(rows[i].first) / calls);
+  std::printf("\n");
+  std::fflush(stdout);
+}
 
 nvjpegHandle_t make_handle(const std::string& alloc) {
   nvjpegHandle_t h = nullptr;
@@ -166,7 +223,7 @@ struct Decoder {
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (auto& p : params) {
       NJ(nvjpegDecodeParamsCreate(handle, &p));
-      NJ(nvjpegDecodeParamsSetOutputFormat(p, NVJPEG_OUTPUT_RGBI));
+      NJ(nvjpegDecodeParamsSetOutputFormat(p, g_format));
     }
     CK(cudaMalloc(&buffer, bytes));
   }
@@ -185,15 +242,23 @@ struct Decoder {
     size_t offset = 0;
     for (int j = 0; j < n; ++j) {
       const Image& im = set[(first + j) % set.size()];
-      data[j] = im.bytes.data(), lengths[j] = im.bytes.size();
+      data[j] = im.data, lengths[j] = im.bytes.size();
+      const int w = g_roi ? im.w : im.width, h = g_roi ? im.h : im.height;
       dst[j] = nvjpegImage_t{};
-      dst[j].channel[0] = buffer + offset, dst[j].pitch[0] = static_cast<size_t>(im.w) * 3;
-      offset += static_cast<size_t>(im.w) * im.h * 3;
-      NJ(nvjpegDecodeParamsSetROI(params[j], im.x, im.y, im.w, im.h));
+      if (g_format == NVJPEG_OUTPUT_RGBI || g_format == NVJPEG_OUTPUT_BGRI) {
+        dst[j].channel[0] = buffer + offset, dst[j].pitch[0] = static_cast<size_t>(w) * 3;
+        offset += static_cast<size_t>(w) * h * 3;
+      } else {  // planes (Y, U, V or R, G, B; NV12's second plane is UV interleaved): a window-sized slot each
+        const size_t pitch = static_cast<size_t>(w + 2) & ~size_t(1), plane = pitch * static_cast<size_t>(h + 2);
+        for (int c = 0; c < 3; ++c) dst[j].channel[c] = buffer + offset + c * plane, dst[j].pitch[c] = pitch;
+        offset += 3 * plane;
+      }
+      const int even = g_format == NVJPEG_OUTPUT_RGBI || g_format == NVJPEG_OUTPUT_BGRI ? ~0 : ~1;  // chroma-aligned
+      if (g_roi) NJ(nvjpegDecodeParamsSetROI(params[j], im.x & even, im.y & even, im.w & even, im.h & even));
     }
     CallTimes t;
     const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
-    NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, NVJPEG_OUTPUT_RGBI));
+    NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, g_format));
     NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
     const double w1 = now_ms(CLOCK_MONOTONIC);
     t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -272,7 +337,7 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
   std::atomic<int> ready{0};
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([&, t] {
-      Decoder d(per, size_t(per) * 1024 * 1024 * 3, alloc);
+      Decoder d(per, size_t(per) * 4096 * 1024 * 3, alloc);
       for (int c = 0; c < 3; ++c) d.decode(set, size_t(t) * per, per);
       ready.fetch_add(1);
       while (ready.load() < threads) std::this_thread::yield();
@@ -300,6 +365,40 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
   std::fflush(stdout);
 }
 
+// COUNT=1: the CUDA calls of 8 decode calls on one thread, counted through CUPTI after 3 uncounted ones
+void count_calls(const std::vector<Image>& set, const std::string& alloc) {
+  static CUpti_SubscriberHandle sub = nullptr;
+  if (!sub && cuptiSubscribe(&sub, reinterpret_cast<CUpti_CallbackFunc>(on_api), nullptr) != CUPTI_SUCCESS) {
+    std::printf("  CUPTI subscription failed: calls not counted\n");
+    return;
+  }
+  std::thread([&] {
+    Decoder d(kBatch, size_t(kBatch) * 4096 * 1024 * 3, alloc);
+    for (int c = 0; c < 3; ++c) d.decode(set, 0, kBatch);
+    g_counts.clear();
+    cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API);
+    t_counting = true;
+    for (int c = 0; c < 8; ++c) d.decode(set, size_t(c) * kBatch, kBatch);
+    t_counting = false;
+    cuptiEnableDomain(0, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiEnableDomain(0, sub, CUPTI_CB_DOMAIN_DRIVER_API);
+  }).join();
+  print_counts(8);
+}
+
+nvjpegOutputFormat_t format_named(const std::string& name) {
+  const std::map<std::string, nvjpegOutputFormat_t> formats = {
+      {"RGBI", NVJPEG_OUTPUT_RGBI}, {"BGRI", NVJPEG_OUTPUT_BGRI}, {"RGB", NVJPEG_OUTPUT_RGB},
+      {"YUV", NVJPEG_OUTPUT_YUV},   {"Y", NVJPEG_OUTPUT_Y},       {"NV12", NVJPEG_OUTPUT_NV12}};
+  const auto it = formats.find(name);
+  if (it == formats.end()) {
+    std::fprintf(stderr, "FORMATS: unknown format %s (RGBI BGRI RGB YUV Y NV12)\n", name.c_str());
+    std::exit(2);
+  }
+  return it->second;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,19 +421,28 @@ int main(int argc, char** argv) {
   for (const auto& t : words("SPINS", {"0", std::to_string(spin)})) spins.push_back(std::atoi(t.c_str()));
   nvjpegHandle_t h;
   NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
-  const std::vector<Image> set = load(argv[1], h, 4096);
+  std::vector<Image> set = load(argv[1], h, 4096);
   nvjpegDestroy(h);
-  std::printf("%zu JPEGs from %s\n", set.size(), argv[1]);
+  const bool pinned = std::getenv("PINNED") && std::string(std::getenv("PINNED")) == "1";
+  if (pinned) pin(set);
+  std::printf("%zu JPEGs from %s, bitstreams in %s memory\n", set.size(), argv[1], pinned ? "pinned" : "pageable");
   std::vector<std::string> loads;
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
-  for (const auto& f : words("FLAGS", {"0"})) {
-    g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
-    std::printf("nvjpegCreateEx flags %u\n", g_flags);
-    for (const std::string& kind : loads)
-      for (const std::string& alloc : allocs)
-        for (int s : spins)
-          for (int t : thread_counts) run(set, kind, s, t, alloc);
-  }
+  const bool count = std::getenv("COUNT") && std::string(std::getenv("COUNT")) == "1";
+  for (const auto& f : words("FLAGS", {"0"}))
+    for (const auto& format : words("FORMATS", {"RGBI"}))
+      for (const auto& roi : words("ROI", {"1"})) {
+        g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
+        g_format = format_named(format);
+        g_roi = roi == "1";
+        std::printf("nvjpegCreateEx flags %u, output %s, %s\n", g_flags, format.c_str(),
+                    g_roi ? "crop window" : "whole image");
+        for (const std::string& kind : loads)
+          for (const std::string& alloc : allocs)
+            for (int s : spins)
+              for (int t : thread_counts) run(set, kind, s, t, alloc);
+        if (count) count_calls(set, allocs.front());
+      }
   return 0;
 }
