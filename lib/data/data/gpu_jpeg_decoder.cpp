@@ -1,7 +1,6 @@
 #include "data/gpu_jpeg_decoder.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -65,9 +64,7 @@ GpuJpegDecoder::GpuJpegDecoder(torch::Device device) : impl_(std::make_unique<Im
   c10::cuda::CUDAGuard guard(device.index());
   // the engines reading host bitstreams: from device memory (NVJPEG_BACKEND_HARDWARE_DEVICE) nvJPEG makes more CUDA
   // calls an image and was slower (bench/NOTES.md)
-  const char* ab_flags = std::getenv("TRAINER_AB_NVJPEG_FLAGS");  // temporary A/B: nvjpegCreateEx flags
-  const unsigned flags = ab_flags ? static_cast<unsigned>(std::atoi(ab_flags)) : 0;
-  if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
+  if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &impl_->handle) == NVJPEG_STATUS_SUCCESS) {
     impl_->hardware = true;
   } else {
     TRAINER_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &impl_->handle), "create");
