@@ -8,7 +8,8 @@
 // percentile, max). The handle's memory comes from nvJPEG's own allocators ("default") or from the same CUDA calls
 // counted and timed ("count": how often a call allocates after the warm-up, and what that costs).
 //
-//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -lnvjpeg -lcupti -lpthread -o /tmp/nvjpeg_call
+//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -L<cupti lib> -Xlinker -rpath -Xlinker <cupti lib> \
+//     -lnvjpeg -lcupti -lpthread -o /tmp/nvjpeg_call      (the GPU host: both in /usr/local/cuda/targets/x86_64-linux/lib)
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
 // Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
 // BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning),
@@ -259,7 +260,10 @@ struct Decoder {
     CallTimes t;
     const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
     NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, g_format));
-    NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
+    if (g_roi)  // whole images as the trainer decodes them: nvjpegDecodeBatchedEx refused them (status 3, run119)
+      NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
+    else
+      NJ(nvjpegDecodeBatched(handle, state, data.data(), lengths.data(), dst.data(), stream));
     const double w1 = now_ms(CLOCK_MONOTONIC);
     t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
     CK(cudaStreamSynchronize(stream));
