@@ -9,15 +9,18 @@
 // counted and timed ("count": how often a call allocates after the warm-up, and what that costs).
 //
 //   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -L<cupti lib> -Xlinker -rpath -Xlinker <cupti lib> \
-//     -lnvjpeg -lcupti -lpthread -o /tmp/nvjpeg_call      (the GPU host: both in /usr/local/cuda/targets/x86_64-linux/lib)
+//     -lnvjpeg -lcupti -lcuda -lpthread -o /tmp/nvjpeg_call (the GPU host: both in /usr/local/cuda/targets/x86_64-linux/lib)
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
 // Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
 // BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning),
 // FLAGS="0 1" (nvjpegCreateEx flags in turn: 1 = NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE, no extra images buffered),
 // FORMATS="RGBI NV12 YUV RGB Y" (the output format in turn; planes get a pitch of the window's width),
 // ROI="1 0" (the crop window decoded, or the whole image), PINNED=1 (the bitstreams in page-locked memory),
+// PARTITION="0 8" (k > 0: the SMs split in two green contexts, the decoders' streams on k SMs and the GPU load's
+// on the other SMs, so the decode's kernels never wait for SMs the load holds; link -lcuda),
 // COUNT=1 (after each configuration's timing, 8 more calls on one thread with every CUDA runtime and driver call
 // they make counted through CUPTI: which calls, how many a call). Link CUPTI for it: -lcupti.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <nvjpeg.h>
@@ -164,6 +167,45 @@ unsigned g_flags = 0;  // the handles' nvjpegCreateEx flags (FLAGS)
 nvjpegOutputFormat_t g_format = NVJPEG_OUTPUT_RGBI;  // FORMATS
 bool g_roi = true;  // ROI
 
+// --- PARTITION: the SMs split between the decoders and the load ----------------------------------------------
+#define CU(x)                                                                                        \
+  do {                                                                                               \
+    CUresult e_ = (x);                                                                               \
+    if (e_ != CUDA_SUCCESS) {                                                                        \
+      std::fprintf(stderr, "%s:%d CUDA driver error %d\n", __FILE__, __LINE__, static_cast<int>(e_)); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+CUgreenCtx g_decode_ctx = nullptr, g_load_ctx = nullptr;  // null: no partition
+
+// k SMs for the decoders, the rest of the device's SMs for the load
+void partition(int k) {
+  g_decode_ctx = g_load_ctx = nullptr;
+  if (k <= 0) return;
+  CUdevice dev;
+  CU(cuDeviceGet(&dev, 0));
+  CUdevResource all, group, rest;
+  CU(cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM));
+  unsigned groups = 1;
+  CU(cuDevSmResourceSplitByCount(&group, &groups, &all, &rest, 0, static_cast<unsigned>(k)));
+  CUdevResourceDesc dg, dr;
+  CU(cuDevResourceGenerateDesc(&dg, &group, 1));
+  CU(cuDevResourceGenerateDesc(&dr, &rest, 1));
+  CU(cuGreenCtxCreate(&g_decode_ctx, dg, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  CU(cuGreenCtxCreate(&g_load_ctx, dr, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  std::printf("SMs: %u for the decoders, %u for the load\n", group.sm.smCount, rest.sm.smCount);
+}
+
+// a non-blocking stream, on the green context's SMs where there is one
+cudaStream_t new_stream(CUgreenCtx ctx) {
+  cudaStream_t s = nullptr;
+  if (ctx)
+    CU(cuGreenCtxStreamCreate(reinterpret_cast<CUstream*>(&s), ctx, CU_STREAM_NON_BLOCKING, 0));
+  else
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 // --- CUDA calls counted on the decoding thread (COUNT=1) ------------------------------------------------------
 thread_local bool t_counting = false;
 std::mutex g_count_mu;
@@ -221,7 +263,7 @@ struct Decoder {
   Decoder(int n, size_t bytes, const std::string& alloc) : params(n) {
     handle = make_handle(alloc);
     NJ(nvjpegJpegStateCreate(handle, &state));
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream = new_stream(g_decode_ctx);
     for (auto& p : params) {
       NJ(nvjpegDecodeParamsCreate(handle, &p));
       NJ(nvjpegDecodeParamsSetOutputFormat(p, g_format));
@@ -283,7 +325,7 @@ __global__ void burn(float* x, int iters) {
 // "flood" short kernels launched far ahead of the GPU (the launch queue full)
 void gpu_load(const std::string& kind, std::atomic<bool>& stop) {
   cudaStream_t s = cudaStreamLegacy;
-  if (kind != "legacy") CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (kind != "legacy") s = new_stream(g_load_ctx);
   const size_t bytes = size_t(1) << 29;
   void *a, *b;
   CK(cudaMalloc(&a, bytes));
@@ -434,12 +476,14 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
   const bool count = std::getenv("COUNT") && std::string(std::getenv("COUNT")) == "1";
+  for (const auto& k : words("PARTITION", {"0"}))
   for (const auto& f : words("FLAGS", {"0"}))
     for (const auto& format : words("FORMATS", {"RGBI"}))
       for (const auto& roi : words("ROI", {"1"})) {
         g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
         g_format = format_named(format);
         g_roi = roi == "1";
+        partition(std::atoi(k.c_str()));
         std::printf("nvjpegCreateEx flags %u, output %s, %s\n", g_flags, format.c_str(),
                     g_roi ? "crop window" : "whole image");
         for (const std::string& kind : loads)
