@@ -459,7 +459,8 @@ int main(int argc, char** argv) {
     std::istringstream in(v);
     return std::vector<std::string>(std::istream_iterator<std::string>(in), std::istream_iterator<std::string>());
   };
-  if (const char* b = std::getenv("BLOCKING"); b && std::string(b) == "1")
+  auto on = [](const char* env) { return std::getenv(env) && std::string(std::getenv(env)) == "1"; };
+  if (on("BLOCKING"))
     CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   const std::vector<std::string> allocs = words("ALLOCS", {"default", "count"});
   std::vector<int> thread_counts, spins;
@@ -469,28 +470,29 @@ int main(int argc, char** argv) {
   NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
   std::vector<Image> set = load(argv[1], h, 4096);
   nvjpegDestroy(h);
-  const bool pinned = std::getenv("PINNED") && std::string(std::getenv("PINNED")) == "1";
+  const bool pinned = on("PINNED");
   if (pinned) pin(set);
   std::printf("%zu JPEGs from %s, bitstreams in %s memory\n", set.size(), argv[1], pinned ? "pinned" : "pageable");
   std::vector<std::string> loads;
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
-  const bool count = std::getenv("COUNT") && std::string(std::getenv("COUNT")) == "1";
-  for (const auto& k : words("PARTITION", {"0"}))
-  for (const auto& f : words("FLAGS", {"0"}))
-    for (const auto& format : words("FORMATS", {"RGBI"}))
-      for (const auto& roi : words("ROI", {"1"})) {
-        g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
-        g_format = format_named(format);
-        g_roi = roi == "1";
-        partition(std::atoi(k.c_str()));
-        std::printf("nvjpegCreateEx flags %u, output %s, %s\n", g_flags, format.c_str(),
-                    g_roi ? "crop window" : "whole image");
-        for (const std::string& kind : loads)
-          for (const std::string& alloc : allocs)
-            for (int s : spins)
-              for (int t : thread_counts) run(set, kind, s, t, alloc);
-        if (count) count_calls(set, allocs.front());
-      }
+  const bool count = on("COUNT");
+  for (const auto& k : words("PARTITION", {"0"})) {
+    partition(std::atoi(k.c_str()));  // once for every setting below
+    for (const auto& f : words("FLAGS", {"0"}))
+      for (const auto& format : words("FORMATS", {"RGBI"}))
+        for (const auto& roi : words("ROI", {"1"})) {
+          g_flags = static_cast<unsigned>(std::atoi(f.c_str()));
+          g_format = format_named(format);
+          g_roi = roi == "1";
+          std::printf("nvjpegCreateEx flags %u, output %s, %s\n", g_flags, format.c_str(),
+                      g_roi ? "crop window" : "whole image");
+          for (const std::string& kind : loads)
+            for (const std::string& alloc : allocs)
+              for (int s : spins)
+                for (int t : thread_counts) run(set, kind, s, t, alloc);
+          if (count) count_calls(set, allocs.front());
+        }
+  }
   return 0;
 }
