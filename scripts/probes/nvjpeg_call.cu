@@ -180,7 +180,11 @@ CUgreenCtx g_decode_ctx = nullptr, g_load_ctx = nullptr;  // null: no partition
 
 // k SMs for the decoders, the rest of the device's SMs for the load
 void partition(int k) {
-  g_decode_ctx = g_load_ctx = nullptr;
+  for (CUgreenCtx* c : {&g_decode_ctx, &g_load_ctx})  // the last value's (their streams are gone with its runs)
+    if (*c) {
+      CU(cuGreenCtxDestroy(*c));
+      *c = nullptr;
+    }
   if (k <= 0) return;
   CUdevice dev;
   CU(cuDeviceGet(&dev, 0));
