@@ -18,7 +18,8 @@
 // ROI="1 0" (the crop window decoded, or the whole image), PINNED=1 (the bitstreams in page-locked memory),
 // PARTITION="0 8" (k > 0: the SMs split in two green contexts, the decoders' streams on k SMs and the GPU load's
 // on the other SMs, so the decode's kernels never wait for SMs the load holds; link -lcuda),
-// COUNT=1 (after each configuration's timing, 8 more calls on one thread with every CUDA runtime and driver call
+// CALLS=N (timed calls a configuration, default 48), WINDOW=N (the rate of each N calls, stamped with the wall
+// clock: the probe beside a training run in another process), COUNT=1 (after each configuration's timing, 8 more calls on one thread with every CUDA runtime and driver call
 // they make counted through CUPTI: which calls, how many a call). Link CUPTI for it: -lcupti.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -63,7 +64,8 @@
 namespace {
 
 constexpr int kBatch = 256;
-constexpr int kCalls = 48;  // timed batches of 256 a configuration (after 3 untimed)
+int g_calls = 48;   // timed batches of 256 a configuration (after 3 untimed): CALLS
+int g_window = 0;   // WINDOW=N: the decode rate of every N calls in turn, stamped with the wall clock
 
 double now_ms(clockid_t clock) {
   timespec t;
@@ -255,6 +257,7 @@ nvjpegHandle_t make_handle(const std::string& alloc) {
 
 struct CallTimes {
   double wall = 0, cpu = 0, sync = 0;
+  double done = 0;  // CLOCK_REALTIME at the end of the sync, ms: lines the calls up with another process's run
 };
 
 struct Decoder {
@@ -314,6 +317,7 @@ struct Decoder {
     t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
     CK(cudaStreamSynchronize(stream));
     t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
+    t.done = now_ms(CLOCK_REALTIME);
     return t;
   }
 };
@@ -371,6 +375,17 @@ std::string spread(std::vector<double> v) {
   return b;
 }
 
+// WINDOW=N: for each N calls of the first thread in turn, the wall-clock second it ended, the images a second
+// (all threads: each decodes `per_call` images a call in step with it) and the median call + sync
+void print_windows(const std::vector<CallTimes>& t, int per_call) {
+  for (size_t i = g_window; i < t.size(); i += g_window) {
+    std::vector<double> calls;
+    for (size_t j = i - g_window + 1; j <= i; ++j) calls.push_back(t[j].wall + t[j].sync);
+    std::printf("  window ending %.3f s: %6.0f img/s, call + sync median %.2f ms\n", t[i].done * 1e-3,
+                g_window * per_call / (t[i].done - t[i - g_window].done) * 1e3, median(calls));
+  }
+}
+
 void run(const std::vector<Image>& set, const std::string& load_kind, int spin, int threads, const std::string& alloc) {
   std::atomic<bool> stop{false};
   std::vector<std::thread> background;
@@ -391,7 +406,7 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
       for (int c = 0; c < 3; ++c) d.decode(set, size_t(t) * per, per);
       ready.fetch_add(1);
       while (ready.load() < threads) std::this_thread::yield();
-      for (int c = 0; c < kCalls; ++c) times[t].push_back(d.decode(set, size_t(c * kBatch + t * per), per));
+      for (int c = 0; c < g_calls; ++c) times[t].push_back(d.decode(set, size_t(c * kBatch + t * per), per));
     });
   while (ready.load() < threads) std::this_thread::yield();
   g_alloc.reset();
@@ -404,14 +419,15 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
   for (const auto& tt : times)
     for (const auto& x : tt)
       w.push_back(x.wall), c.push_back(x.cpu), s.push_back(x.sync), all.push_back(x.wall + x.sync);
-  const long calls = static_cast<long>(threads) * kCalls;
+  const long calls = static_cast<long>(threads) * g_calls;
   std::printf("alloc %-7s load %-4s spin %2d threads %d: %6.0f img/s | a call of %3d: %6.2f ms wall, %6.2f ms thread "
               "CPU, then %5.2f ms stream sync | call + sync min/median/mean/p90/max %s ms | allocations a call: "
               "device %.2f (%.1f MB), pinned %.2f (%.1f MB), %.2f ms in the allocator\n",
-              alloc.c_str(), load_kind.c_str(), spin, threads, kCalls * kBatch / wall * 1e3, per, median(w),
+              alloc.c_str(), load_kind.c_str(), spin, threads, g_calls * kBatch / wall * 1e3, per, median(w),
               median(c), median(s), spread(all).c_str(), double(g_alloc.dev) / calls,
               double(g_alloc.dev_bytes) / calls / 1e6, double(g_alloc.pinned) / calls,
               double(g_alloc.pinned_bytes) / calls / 1e6, double(g_alloc.us) / calls / 1e3);
+  if (g_window > 0) print_windows(times.front(), threads * per);
   std::fflush(stdout);
 }
 
@@ -481,6 +497,8 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
   const bool count = on("COUNT");
+  if (std::getenv("CALLS")) g_calls = std::max(1, std::atoi(std::getenv("CALLS")));
+  if (std::getenv("WINDOW")) g_window = std::max(0, std::atoi(std::getenv("WINDOW")));
   for (const auto& k : words("PARTITION", {"0"})) {
     partition(std::atoi(k.c_str()));  // once for every setting below
     for (const auto& f : words("FLAGS", {"0"}))
