@@ -19,8 +19,9 @@
 // PARTITION="0 8" (k > 0: the SMs split in two green contexts, the decoders' streams on k SMs and the GPU load's
 // on the other SMs, so the decode's kernels never wait for SMs the load holds; link -lcuda),
 // CALLS=N (timed calls a configuration, default 48), WINDOW=N (the rate of each N calls, stamped with the wall
-// clock: the probe beside a training run in another process), COUNT=1 (after each configuration's timing, 8 more calls on one thread with every CUDA runtime and driver call
-// they make counted through CUPTI: which calls, how many a call). Link CUPTI for it: -lcupti.
+// clock: the probe beside a training run in another process), COUNT=1 (after each configuration's timing, 8 more
+// calls on one thread with every CUDA runtime and driver call they make counted through CUPTI: which calls, how
+// many a call). Link CUPTI for it: -lcupti.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
@@ -480,6 +481,7 @@ int main(int argc, char** argv) {
     return std::vector<std::string>(std::istream_iterator<std::string>(in), std::istream_iterator<std::string>());
   };
   auto on = [](const char* env) { return std::getenv(env) && std::string(std::getenv(env)) == "1"; };
+  auto number = [](const char* env, int fallback) { return std::getenv(env) ? std::atoi(std::getenv(env)) : fallback; };
   if (on("BLOCKING"))
     CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   const std::vector<std::string> allocs = words("ALLOCS", {"default", "count"});
@@ -497,8 +499,8 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) loads.push_back(argv[i]);
   if (loads.empty()) loads = {"none", "sm", "mem"};
   const bool count = on("COUNT");
-  if (std::getenv("CALLS")) g_calls = std::max(1, std::atoi(std::getenv("CALLS")));
-  if (std::getenv("WINDOW")) g_window = std::max(0, std::atoi(std::getenv("WINDOW")));
+  g_calls = std::max(1, number("CALLS", g_calls));
+  g_window = std::max(0, number("WINDOW", g_window));
   for (const auto& k : words("PARTITION", {"0"})) {
     partition(std::atoi(k.c_str()));  // once for every setting below
     for (const auto& f : words("FLAGS", {"0"}))
