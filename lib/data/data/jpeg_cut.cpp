@@ -3,34 +3,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "data/internal/jpeg_segments.h"
+
 namespace trainer {
 namespace {
 
-inline int be16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
-
-// The header segments from SOI on: seg(marker, its payload, its length field, its offset) for each until seg
-// returns false (then true here); false where the data ends first or a segment is malformed.
-template <class F> bool walk_segments(const uint8_t* d, size_t n, F&& seg) {
-  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
-  for (size_t p = 2; p + 4 <= n;) {
-    if (d[p] != 0xFF) return false;
-    if (d[p + 1] == 0xFF) {  // fill byte
-      ++p;
-      continue;
-    }
-    const size_t len = static_cast<size_t>(be16(d + p + 2));
-    if (len < 2 || p + 2 + len > n) return false;
-    if (!seg(d[p + 1], d + p + 4, len, p)) return true;
-    p += 2 + len;
-  }
-  return false;
-}
+using jpeg_segments::be16;
+using jpeg_segments::walk;
 
 // Headers up to the first scan: frame size, sampling, restart interval. False for anything we do not cut.
 bool read_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
   int components = 0, hmax = 1, vmax = 1;
   bool have_frame = false, ok = true;
-  const bool walked = walk_segments(d, n, [&](int m, const uint8_t* s, size_t len, size_t p) {
+  const bool walked = walk(d, n, [&](int m, const uint8_t* s, size_t len, size_t p) {
     if (m == 0xC0 || m == 0xC1) {  // baseline / extended sequential, Huffman
       if (len < 8 || s[0] != 8) return ok = false;
       idx.height = be16(s + 1);
@@ -110,7 +95,7 @@ bool scan_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto)
 bool read_jpeg_frame(const uint8_t* d, size_t n, JpegFrame& frame) {
   frame = JpegFrame{};
   bool found = false;
-  walk_segments(d, n, [&](int m, const uint8_t* s, size_t len, size_t) {
+  walk(d, n, [&](int m, const uint8_t* s, size_t len, size_t) {
     if (m == 0xDA || m == 0xD9) return false;  // a scan or the end before a frame
     if (m < 0xC0 || m > 0xCF || m == 0xC4 || m == 0xC8 || m == 0xCC) return true;
     if (len >= 7) {  // SOFn: precision, height, width
@@ -168,10 +153,6 @@ bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, int scale_denom, std::v
   if (r0 == 0 && c0 == 0 && c1 == cols) return false;
   const int64_t last = (int64_t(r1 - 1) * cols + c1 - 1) / r;
   if (!scan_intervals(d, n, idx, last)) return false;
-  const auto end_of = [&](int64_t i) {
-    return i + 1 < static_cast<int64_t>(idx.starts.size()) ? idx.starts[static_cast<size_t>(i + 1)] - 2
-                                                           : idx.scanned_end;
-  };
   const int vw = c1 == cols ? idx.width - c0 * mw : (c1 - c0) * mw;
   const int vh = r1 == rows ? idx.height - r0 * mh : (r1 - r0) * mh;
   out.resize(idx.scan_at);
@@ -190,7 +171,7 @@ bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, int scale_denom, std::v
         out.push_back(0xFF);
         out.push_back(static_cast<uint8_t>(0xD0 + ((written - 1) & 7)));
       }
-      out.insert(out.end(), d + idx.starts[static_cast<size_t>(i)], d + end_of(i));
+      out.insert(out.end(), d + idx.starts[static_cast<size_t>(i)], d + idx.end_of(static_cast<size_t>(i)));
       ++written;
       prev = i;
     }

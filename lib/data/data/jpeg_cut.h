@@ -30,6 +30,8 @@ struct RestartIndex {
   // interval's data (its RST marker or EOI)
   std::vector<uint32_t> starts;
   size_t scanned_end = 0;
+  // one past interval i's coded data (where its RST marker or EOI begins), for a scanned interval i
+  size_t end_of(size_t i) const { return i + 1 < starts.size() ? starts[i + 1] - 2 : scanned_end; }
 };
 
 // Reads the headers and finds the interval boundaries up to (and including) interval `upto` (-1: all of them,

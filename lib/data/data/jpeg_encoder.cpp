@@ -52,7 +52,7 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
 }
 
 bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name,
-                             int restart_mcus) {
+                             int restart_mcus, HuffmanTables tables) {
   TRAINER_CHECK(size > 0, name, ": empty file");
   TRAINER_CHECK(restart_mcus >= 1, "transcode_with_restarts: restart_mcus must be at least 1");
   // one error manager for both ends: any libjpeg error or warning lands at the one setjmp below
@@ -100,8 +100,8 @@ bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8
     release();
     TRAINER_FAIL(name, ": corrupt JPEG data: ", why);
   }
-  jpeg_copy_critical_parameters(&src, &dst);
-  dst.optimize_coding = TRUE;
+  jpeg_copy_critical_parameters(&src, &dst);  // and libjpeg's defaults: the standard Huffman tables
+  dst.optimize_coding = tables == HuffmanTables::fitted;
   dst.restart_interval = static_cast<unsigned>(restart_mcus);
   jpeg_mem_dest(&dst, &buf, &n);
   jpeg_write_coefficients(&dst, coefficients);

@@ -15,13 +15,18 @@ namespace trainer {
 void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
                  int restart_mcus = 0);
 
+// The Huffman tables of a rewrite: fitted to each image (smallest files), or the JPEG standard's example tables
+// (Annex K) for every image, about 5% larger, so that files of equal quantisation tables share all their coding
+// tables and can be tiled into one mosaic (jpeg_mosaic.h).
+enum class HuffmanTables { fitted, standard };
+
 // Lossless rewrite of a JPEG (trainer pack): the same DCT coefficients, hence the same pixels, written sequential
-// (a progressive file becomes baseline) with optimised Huffman tables and a restart marker after every MCU, so
-// that crop decoding can cut its window out (jpeg_cut.h). APPn and COM markers (EXIF, ICC) are kept. Returns
-// false, leaving `out` alone, for CMYK/YCCK files (kept as they are); throws Error naming `name` for a file
-// libjpeg cannot read whole (corrupt or truncated data).
+// (a progressive file becomes baseline) with a restart marker after every MCU, so that crop decoding can cut its
+// window out (jpeg_cut.h). APPn and COM markers (EXIF, ICC) are kept. Returns false, leaving `out` alone, for
+// CMYK/YCCK files (kept as they are); throws Error naming `name` for a file libjpeg cannot read whole (corrupt or
+// truncated data).
 // restart_mcus: MCUs per restart interval (jpeg_cut.h cuts where it divides the MCU row or is whole rows).
 bool transcode_with_restarts(const uint8_t* data, size_t size, std::vector<uint8_t>& out, const std::string& name,
-                             int restart_mcus = 1);
+                             int restart_mcus = 1, HuffmanTables tables = HuffmanTables::fitted);
 
 }  // namespace trainer
