@@ -8,8 +8,9 @@
 // percentile, max). The handle's memory comes from nvJPEG's own allocators ("default") or from the same CUDA calls
 // counted and timed ("count": how often a call allocates after the warm-up, and what that costs).
 //
-//   nvcc -O2 -std=c++17 -I<nvjpeg include> scripts/probes/nvjpeg_call.cu -L<cupti lib> -Xlinker -rpath -Xlinker <cupti lib> \
-//     -lnvjpeg -lcupti -lcuda -lpthread -o /tmp/nvjpeg_call (the GPU host: both in /usr/local/cuda/targets/x86_64-linux/lib)
+//   nvcc -O2 -std=c++17 -I<nvjpeg include> -Ilib/data -Ilib/core scripts/probes/nvjpeg_call.cu <the JPEG sources
+//     below> -L<cupti lib> -Xlinker -rpath -Xlinker <cupti lib> -lnvjpeg -lcupti -lcuda -ljpeg -lpthread
+//     -o /tmp/nvjpeg_call (the GPU host: both libs in /usr/local/cuda/targets/x86_64-linux/lib)
 //   /tmp/nvjpeg_call DIR [spin threads, default 14] [loads, default "none sm mem"]
 // Environment: ALLOCS="default count" (which allocators), THREADS="1 2 4", SPINS="0 S",
 // BLOCKING=1 (cudaDeviceScheduleBlockingSync: the host thread sleeps in waits instead of spinning),
@@ -22,6 +23,12 @@
 // clock: the probe beside a training run in another process), COUNT=1 (after each configuration's timing, 8 more
 // calls on one thread with every CUDA runtime and driver call they make counted through CUPTI: which calls, how
 // many a call). Link CUPTI for it: -lcupti.
+// REWRITE=1: the files rewritten first as trainer pack's lossless rewrite with the standard Huffman tables (a
+// restart marker after every MCU), MOSAIC="0 8 16 32" (k > 1: each call's windows laid out k to a JPEG by
+// data/jpeg_mosaic, built on the decoding thread before the call and timed apart, and those decoded whole: the
+// calls nvJPEG makes an image, made once a mosaic; implies REWRITE=1). Both need the project's JPEG sources and
+// libjpeg on the command line: add -Ilib/data -Ilib/core lib/data/data/jpeg_mosaic.cpp lib/data/data/jpeg_cut.cpp
+// lib/data/data/jpeg_encoder.cpp lib/core/core/check.cpp lib/core/core/strings.cpp -ljpeg.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
@@ -44,6 +51,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "data/jpeg_encoder.h"
+#include "data/jpeg_mosaic.h"
 
 #define CK(x)                                                                                        \
   do {                                                                                               \
@@ -121,6 +131,27 @@ std::vector<Image> load(const std::string& dir, nvjpegHandle_t handle, size_t co
   return out;
 }
 
+// REWRITE=1: each file as trainer pack rewrites it (a restart marker after every MCU), with the standard Huffman
+// tables so that files of one quality share all their tables; the original is kept where the rewrite declines
+void rewrite(std::vector<Image>& set) {
+  size_t before = 0, after = 0, kept = 0;
+  const double t0 = now_ms(CLOCK_MONOTONIC);
+  for (auto& im : set) {
+    std::vector<uint8_t> out;
+    before += im.bytes.size();
+    if (trainer::transcode_with_restarts(im.bytes.data(), im.bytes.size(), out, "probe.jpg", 1,
+                                         trainer::HuffmanTables::standard))
+      im.bytes.assign(out.begin(), out.end());
+    else
+      ++kept;
+    after += im.bytes.size();
+    im.data = im.bytes.data();
+  }
+  std::printf("rewritten with restart markers and the standard tables: %.1f -> %.1f KB a file, %.2f ms a file, "
+              "%zu kept as they were\n", before / 1024.0 / set.size(), after / 1024.0 / set.size(),
+              (now_ms(CLOCK_MONOTONIC) - t0) / set.size(), kept);
+}
+
 // PINNED=1: the bitstreams copied into one page-locked block, as the trainer's loader reads its files
 void pin(std::vector<Image>& set) {
   size_t total = 0;
@@ -166,6 +197,7 @@ int count_pinned_free(void*, void* p, size_t, cudaStream_t) {
   return cudaFreeHost(p) == cudaSuccess ? 0 : 1;
 }
 
+int g_mosaic = 0;      // MOSAIC: windows a JPEG (0 or 1: each window decoded on its own, as a region)
 unsigned g_flags = 0;  // the handles' nvjpegCreateEx flags (FLAGS)
 nvjpegOutputFormat_t g_format = NVJPEG_OUTPUT_RGBI;  // FORMATS
 bool g_roi = true;  // ROI
@@ -258,6 +290,8 @@ nvjpegHandle_t make_handle(const std::string& alloc) {
 
 struct CallTimes {
   double wall = 0, cpu = 0, sync = 0;
+  double build = 0;  // MOSAIC: laying the call's windows out (host, before the call)
+  int images = 0;    // the images the call decoded
   double done = 0;  // CLOCK_REALTIME at the end of the sync, ms: lines the calls up with another process's run
 };
 
@@ -286,7 +320,52 @@ struct Decoder {
     cudaFree(buffer);
   }
 
+  std::vector<trainer::JpegMosaic> mosaics;
+
+  // MOSAIC=k: the n windows from `first` on as mosaics of k, decoded whole
+  CallTimes decode_mosaics(const std::vector<Image>& set, size_t first, int n) {
+    CallTimes t;
+    const double b0 = now_ms(CLOCK_MONOTONIC);
+    mosaics.resize(static_cast<size_t>((n + g_mosaic - 1) / g_mosaic));
+    for (size_t m = 0; m < mosaics.size(); ++m) {
+      std::vector<trainer::MosaicPiece> pieces;
+      for (int j = static_cast<int>(m) * g_mosaic; j < std::min(n, static_cast<int>(m + 1) * g_mosaic); ++j) {
+        const Image& im = set[(first + j) % set.size()];
+        pieces.push_back({im.data, im.bytes.size(), {im.x, im.y, im.w, im.h}});
+      }
+      if (!trainer::build_jpeg_mosaic(pieces, mosaics[m])) {
+        std::fprintf(stderr, "MOSAIC: the windows from %zu cannot be laid out together (tables differ?)\n", first);
+        std::exit(1);
+      }
+    }
+    t.build = now_ms(CLOCK_MONOTONIC) - b0;
+    std::vector<const unsigned char*> data;
+    std::vector<size_t> lengths;
+    std::vector<nvjpegImage_t> dst;
+    size_t offset = 0;
+    for (const auto& m : mosaics) {
+      data.push_back(m.bytes.data());
+      lengths.push_back(m.bytes.size());
+      nvjpegImage_t img{};
+      img.channel[0] = buffer + offset, img.pitch[0] = static_cast<size_t>(m.width) * 3;
+      offset += static_cast<size_t>(m.width) * m.height * 3;
+      dst.push_back(img);
+    }
+    const int count = static_cast<int>(mosaics.size());
+    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
+    NJ(nvjpegDecodeBatchedInitialize(handle, state, count, 1, NVJPEG_OUTPUT_RGBI));
+    NJ(nvjpegDecodeBatched(handle, state, data.data(), lengths.data(), dst.data(), stream));
+    const double w1 = now_ms(CLOCK_MONOTONIC);
+    t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+    CK(cudaStreamSynchronize(stream));
+    t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
+    t.done = now_ms(CLOCK_REALTIME);
+    t.images = count;
+    return t;
+  }
+
   CallTimes decode(const std::vector<Image>& set, size_t first, int n) {
+    if (g_mosaic > 1) return decode_mosaics(set, first, n);
     std::vector<const unsigned char*> data(n);
     std::vector<size_t> lengths(n);
     std::vector<nvjpegImage_t> dst(n);
@@ -319,6 +398,7 @@ struct Decoder {
     CK(cudaStreamSynchronize(stream));
     t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
     t.done = now_ms(CLOCK_REALTIME);
+    t.images = n;
     return t;
   }
 };
@@ -416,10 +496,13 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
   const double wall = now_ms(CLOCK_MONOTONIC) - wall0;
   stop.store(true);
   for (auto& b : background) b.join();
-  std::vector<double> w, c, s, all;
+  std::vector<double> w, c, s, all, build;
+  double images = 0;
   for (const auto& tt : times)
-    for (const auto& x : tt)
+    for (const auto& x : tt) {
       w.push_back(x.wall), c.push_back(x.cpu), s.push_back(x.sync), all.push_back(x.wall + x.sync);
+      build.push_back(x.build), images += x.images;
+    }
   const long calls = static_cast<long>(threads) * g_calls;
   std::printf("alloc %-7s load %-4s spin %2d threads %d: %6.0f img/s | a call of %3d: %6.2f ms wall, %6.2f ms thread "
               "CPU, then %5.2f ms stream sync | call + sync min/median/mean/p90/max %s ms | allocations a call: "
@@ -428,6 +511,9 @@ void run(const std::vector<Image>& set, const std::string& load_kind, int spin, 
               median(c), median(s), spread(all).c_str(), double(g_alloc.dev) / calls,
               double(g_alloc.dev_bytes) / calls / 1e6, double(g_alloc.pinned) / calls,
               double(g_alloc.pinned_bytes) / calls / 1e6, double(g_alloc.us) / calls / 1e3);
+  if (g_mosaic > 1)
+    std::printf("  mosaics of %d windows: %.1f JPEGs a call, laid out in %.2f ms (median, host, before the call)\n",
+                g_mosaic, images / static_cast<double>(calls), median(build));
   if (g_window > 0) print_windows(times.front(), threads * per);
   std::fflush(stdout);
 }
@@ -492,6 +578,10 @@ int main(int argc, char** argv) {
   NJ(nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h));
   std::vector<Image> set = load(argv[1], h, 4096);
   nvjpegDestroy(h);
+  std::vector<int> mosaic_sizes;
+  for (const auto& k : words("MOSAIC", {"0"})) mosaic_sizes.push_back(std::atoi(k.c_str()));
+  const bool mosaics = std::any_of(mosaic_sizes.begin(), mosaic_sizes.end(), [](int k) { return k > 1; });
+  if (on("REWRITE") || mosaics) rewrite(set);
   const bool pinned = on("PINNED");
   if (pinned) pin(set);
   std::printf("%zu JPEGs from %s, bitstreams in %s memory\n", set.size(), argv[1], pinned ? "pinned" : "pageable");
@@ -511,11 +601,15 @@ int main(int argc, char** argv) {
           g_roi = roi == "1";
           std::printf("nvjpegCreateEx flags %u, output %s, %s\n", g_flags, format.c_str(),
                       g_roi ? "crop window" : "whole image");
-          for (const std::string& kind : loads)
-            for (const std::string& alloc : allocs)
-              for (int s : spins)
-                for (int t : thread_counts) run(set, kind, s, t, alloc);
-          if (count) count_calls(set, allocs.front());
+          for (int k : mosaic_sizes) {
+            g_mosaic = k;
+            if (k > 1) std::printf("mosaics of %d windows, decoded whole\n", k);
+            for (const std::string& kind : loads)
+              for (const std::string& alloc : allocs)
+                for (int s : spins)
+                  for (int t : thread_counts) run(set, kind, s, t, alloc);
+            if (count) count_calls(set, allocs.front());
+          }
         }
   }
   return 0;

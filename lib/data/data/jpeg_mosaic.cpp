@@ -236,7 +236,10 @@ bool build_jpeg_mosaic(const std::vector<MosaicPiece>& pieces, JpegMosaic& out) 
   b[h.size_at + 1] = static_cast<uint8_t>(fh & 255);
   b[h.size_at + 2] = static_cast<uint8_t>(fw >> 8);
   b[h.size_at + 3] = static_cast<uint8_t>(fw & 255);
-  for (size_t k = 0; k < owner.size(); ++k) {
+  size_t reserve = b.size() + 2 * owner.size() + filler.size() * owner.size();
+  for (const Span& t : spans) reserve += t.idx.scanned_end - t.idx.starts.front();
+  b.reserve(reserve);
+  for (size_t k = 0; k < owner.size();) {
     if (k > 0) {  // markers count 0..7 from the mosaic's first interval
       b.push_back(0xFF);
       b.push_back(static_cast<uint8_t>(0xD0 + ((k - 1) & 7)));
@@ -244,12 +247,22 @@ bool build_jpeg_mosaic(const std::vector<MosaicPiece>& pieces, JpegMosaic& out) 
     if (owner[k] < 0) {
       b.insert(b.end(), filler.begin(), filler.end());
       ++out.filler_mcus;
+      ++k;
       continue;
     }
+    // a run of the same source's consecutive intervals (a tile's row) is one span of its bytes, markers and all:
+    // copied at once, then its markers renumbered in place
     const MosaicPiece& p = pieces[static_cast<size_t>(owner[k])];
     const RestartIndex& x = spans[static_cast<size_t>(owner[k])].idx;
-    b.insert(b.end(), p.data + x.starts[interval[k]], p.data + x.end_of(interval[k]));
-    ++out.tile_mcus;
+    size_t run = 1;
+    while (k + run < owner.size() && owner[k + run] == owner[k] && interval[k + run] == interval[k] + run) ++run;
+    const uint32_t first = x.starts[interval[k]];
+    const size_t base = b.size();
+    b.insert(b.end(), p.data + first, p.data + x.end_of(interval[k] + run - 1));
+    for (size_t j = 1; j < run; ++j)
+      b[base + (x.starts[interval[k] + j] - first) - 1] = static_cast<uint8_t>(0xD0 + ((k + j - 1) & 7));
+    out.tile_mcus += static_cast<int64_t>(run);
+    k += run;
   }
   b.push_back(0xFF);
   b.push_back(0xD9);
