@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -30,6 +31,7 @@
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
 #include "data/jpeg_encoder.h"
+#include "data/jpeg_mosaic.h"
 #include "data/memory_loader.h"
 #include "data/pack.h"
 #include "data/sample_read.h"
@@ -1449,6 +1451,49 @@ TEST_F(Shards, PackRewritesJpegsWithRestartMarkersAndTheSamePixels) {
   EXPECT_NE(out.find("same 21 of 21"), std::string::npos) << out;
 }
 
+// --huffman standard: the rewritten JPEGs keep their pixels and, being of one quality and layout, share all their
+// coding tables (one mosaic key for the twelve), where tables fitted to each picture give twelve.
+TEST_F(Shards, PackWithStandardTablesGivesFilesThatTileTogether) {
+  test::TempDir dir;
+  const std::string root = dir.file("set");
+  for (int c = 0; c < 3; ++c) {
+    fs::make_dirs(root + "/c" + std::to_string(c));
+    for (int i = 0; i < 4; ++i) {  // twelve different pictures at quality 90
+      RgbImage img;
+      img.width = 48 + 16 * i;
+      img.height = 40 + 8 * c;
+      img.pixels.resize(size_t(img.width) * img.height * 3);
+      for (size_t k = 0; k < img.pixels.size(); ++k)
+        img.pixels[k] = static_cast<uint8_t>((k * (7 + i + 3 * c) / 5 + k % 251 * (c + 1)) & 255);
+      std::vector<uint8_t> jpg;
+      encode_jpeg(img, 90, jpg, "x.jpg");
+      test::write_file(root + "/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg",
+                       std::string(jpg.begin(), jpg.end()));
+    }
+  }
+  std::map<std::string, int> keys[2];
+  std::vector<RgbImage> pixels[2];
+  JpegDecoder jpeg;
+  for (const bool standard : {false, true}) {
+    PackOptions o = in_order(root, dir.file(standard ? "standard" : "fitted"), 2);
+    o.standard_huffman = standard;
+    EXPECT_EQ(pack_dataset(o).transcoded, 12);
+    for (const auto& p : scan_shards(o.out).samples) {
+      const std::string tar = test::read_file(p.path);
+      const auto* b = reinterpret_cast<const uint8_t*>(tar.data()) + p.offset;
+      keys[standard][mosaic_key(b, static_cast<size_t>(p.size))]++;
+      pixels[standard].emplace_back();
+      jpeg.decode(b, static_cast<size_t>(p.size), {}, pixels[standard].back(), p.name());
+    }
+  }
+  EXPECT_EQ(keys[0].size(), 12u) << "fitted tables: one set a picture";
+  ASSERT_EQ(keys[1].size(), 1u) << "standard tables: one set for all";
+  EXPECT_FALSE(keys[1].begin()->first.empty()) << "restart markers after every MCU: the files can be tiled";
+  ASSERT_EQ(pixels[0].size(), pixels[1].size());
+  for (size_t i = 0; i < pixels[0].size(); ++i)
+    EXPECT_TRUE(pixels[0][i].pixels == pixels[1][i].pixels) << "sample " << i << ": the rewrite is lossless";
+}
+
 TEST_F(Shards, ReencodeShrinksToMaxSide) {
   test::TempDir dir;
   PackOptions o;
@@ -1643,6 +1688,15 @@ TEST_F(Shards, BadIndexTarAndOptionsAreClearErrors) {
   EXPECT_THROW(parse_pack_args({"--src", o.src, "--out", "x", "--quality", "101"}), ConfigError);
   EXPECT_THROW(parse_pack_args({"--src", o.src, "--out", "x", "--bogus"}), ConfigError);
   EXPECT_EQ(parse_pack_args({"--src=" + o.src, "--out", "x", "--max-side", "256"}).max_side, 256);
+  EXPECT_FALSE(parse_pack_args({"--src", o.src, "--out", "x"}).standard_huffman);
+  EXPECT_TRUE(parse_pack_args({"--src", o.src, "--out", "x", "--huffman", "standard"}).standard_huffman);
+  try {
+    parse_pack_args({"--src", o.src, "--out", "x", "--huffman=optimal"});
+    ADD_FAILURE() << "an unknown --huffman value was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("pack --huffman: expected fitted or standard, got 'optimal'"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Shards, ReadsPythonWrittenTarsWithLongNamesAndExtraFields) {

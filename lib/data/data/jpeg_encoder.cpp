@@ -14,7 +14,7 @@ using libjpeg::on_error;
 using libjpeg::on_message;
 
 void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
-                 int restart_mcus) {
+                 int restart_mcus, HuffmanTables tables) {
   TRAINER_CHECK(img.width > 0 && img.height > 0 &&
                     img.pixels.size() == static_cast<size_t>(img.width) * img.height * 3,
                 name, ": cannot encode a ", img.width, "x", img.height, " image");
@@ -39,7 +39,7 @@ void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, co
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, std::clamp(quality, 1, 100), TRUE);
   cinfo.restart_interval = static_cast<unsigned>(std::max(0, restart_mcus));
-  cinfo.optimize_coding = TRUE;  // Huffman tables fitted to the image: smaller files for one more pass here
+  cinfo.optimize_coding = tables == HuffmanTables::fitted;  // fitted: smaller files for one more pass here
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<JSAMPROW>(img.pixels.data() + static_cast<size_t>(cinfo.next_scanline) * img.width * 3);

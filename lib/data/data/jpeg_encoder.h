@@ -10,15 +10,15 @@
 
 namespace trainer {
 
-// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), optimised Huffman tables, a
-// restart marker after every `restart_mcus` MCUs (0: none). `name` labels errors.
-void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
-                 int restart_mcus = 0);
-
-// The Huffman tables of a rewrite: fitted to each image (smallest files), or the JPEG standard's example tables
+// The Huffman tables a JPEG is written with: fitted to each image (smallest files), or the JPEG standard's example tables
 // (Annex K) for every image, about 5% larger, so that files of equal quantisation tables share all their coding
 // tables and can be tiled into one mosaic (jpeg_mosaic.h).
 enum class HuffmanTables { fitted, standard };
+
+// Baseline JPEG at `quality` (1-100) of an RGB image (trainer pack's re-encoding), a restart marker after every
+// `restart_mcus` MCUs (0: none). `name` labels errors.
+void encode_jpeg(const RgbImage& img, int quality, std::vector<uint8_t>& out, const std::string& name,
+                 int restart_mcus = 0, HuffmanTables tables = HuffmanTables::fitted);
 
 // Lossless rewrite of a JPEG (trainer pack): the same DCT coefficients, hence the same pixels, written sequential
 // (a progressive file becomes baseline) with a restart marker after every MCU, so that crop decoding can cut its

@@ -30,6 +30,13 @@ int64_t parse_int(const std::string& opt, const std::string& v, int64_t lo, int6
   return x;
 }
 
+// --huffman: true for the standard tables
+bool parse_huffman(const std::string& v) {
+  if (v != "fitted" && v != "standard")
+    throw ConfigError(str_cat("pack --huffman: expected fitted or standard, got '", v, "'"));
+  return v == "standard";
+}
+
 struct Packed {
   std::vector<uint8_t> bytes;
   std::string ext;
@@ -37,6 +44,10 @@ struct Packed {
   int64_t in_bytes = 0;
   std::string error;
 };
+
+HuffmanTables huffman_tables(const PackOptions& o) {
+  return o.standard_huffman ? HuffmanTables::standard : HuffmanTables::fitted;
+}
 
 // One sample: the file as it is, or decoded, shrunk and re-encoded.
 void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Packed& p) {
@@ -54,7 +65,7 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
   } else if (o.restart_markers) {
     // reads every coefficient (validates the whole file), writes them back with restart markers
     std::vector<uint8_t> rewritten;
-    if (transcode_with_restarts(file.data(), file.size(), rewritten, s.path)) {
+    if (transcode_with_restarts(file.data(), file.size(), rewritten, s.path, 1, huffman_tables(o))) {
       file = std::move(rewritten);
       p.transcoded = true;
     }
@@ -78,7 +89,7 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
                small.width, small.height, small.width * 3, /*flip=*/false);
     img = std::move(small);
   }
-  encode_jpeg(img, quality, p.bytes, s.path, o.restart_markers ? 1 : 0);
+  encode_jpeg(img, quality, p.bytes, s.path, o.restart_markers ? 1 : 0, huffman_tables(o));
   p.ext = "jpg";
   p.reencoded = true;
   p.ok = true;
@@ -89,7 +100,7 @@ void pack_one(const ImageSample& s, const PackOptions& o, JpegDecoder& jpeg, Pac
 std::string pack_usage() {
   return "usage: trainer pack --src <ImageFolder root | list file> --out <folder> [--root DIR] [--max-side N]\n"
          "                    [--quality Q] [--shard-size N] [--shard-mb M] [--no-shuffle] [--seed S] [--threads T]\n"
-         "                    [--no-restart-markers]\n"
+         "                    [--no-restart-markers] [--huffman fitted|standard]\n"
          "  --src         class folders (ImageFolder) or a list file of 'path,label' lines\n"
          "  --root        list file: the folder its paths are relative to (default: the list's folder)\n"
          "  --out         where shard-NNNNNN.tar, their .idx and classes.txt are written\n"
@@ -97,6 +108,9 @@ std::string pack_usage() {
          "  --quality     re-encode every image as JPEG at Q (1-100); with --max-side alone Q is 90\n"
          "  --no-restart-markers  keep JPEG files byte for byte (default: rewritten losslessly, same pixels, with a\n"
          "                restart marker after every MCU so that crop decoding reads only the crop's share)\n"
+         "  --huffman     the Huffman tables of the JPEGs written: fitted to each (default, smallest) or the\n"
+         "                standard ones for all, about 6% larger, so that files of one quality can be decoded\n"
+         "                as mosaics of crop windows on the GPU (data.gpu_decode_mosaic)\n"
          "  --shard-size  samples per shard (default 5000); --shard-mb: MiB per shard (default 1024)\n"
          "  --no-shuffle  keep the source order (default: shuffled by --seed, 0)\n";
 }
@@ -123,6 +137,7 @@ PackOptions parse_pack_args(const std::vector<std::string>& args) {
     else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, value(), 0, 4096));
     else if (a == "--no-shuffle") o.shuffle = false;
     else if (a == "--no-restart-markers") o.restart_markers = false;
+    else if (a == "--huffman") o.standard_huffman = parse_huffman(value());
     else throw ConfigError(str_cat("pack: unknown option '", args[i], "'\n", pack_usage()));
   }
   if (o.src.empty() || o.out.empty()) throw ConfigError("pack needs --src and --out\n" + pack_usage());

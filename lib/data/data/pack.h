@@ -21,6 +21,9 @@ struct PackOptions {
   int max_side = 0;              // > 0: shrink larger images to this longer side (re-encodes)
   int quality = 0;               // > 0: re-encode every image as JPEG at this quality; with max_side only: 90
   bool restart_markers = true;   // JPEGs: a restart marker after every MCU (lossless rewrite); false: bytes as read
+  // JPEGs written (rewritten or re-encoded): the standard Huffman tables for every file, so that files of one
+  // quality can be tiled into mosaics (data.gpu_decode_mosaic); false: tables fitted to each file (smaller)
+  bool standard_huffman = false;
   bool shuffle = true;
   uint64_t seed = 0;
   int threads = 0;               // 0 = all cores
