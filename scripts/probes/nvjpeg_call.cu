@@ -351,17 +351,26 @@ struct Decoder {
       offset += static_cast<size_t>(m.width) * m.height * 3;
       dst.push_back(img);
     }
-    const int count = static_cast<int>(mosaics.size());
+    timed_call(data, lengths, dst, NVJPEG_OUTPUT_RGBI, false, t);
+    return t;
+  }
+
+  // the batched call on these images (their regions where `roi`), then the stream sync, timed into t
+  void timed_call(std::vector<const unsigned char*>& data, std::vector<size_t>& lengths,
+                  std::vector<nvjpegImage_t>& dst, nvjpegOutputFormat_t format, bool roi, CallTimes& t) {
+    const int n = static_cast<int>(data.size());
     const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
-    NJ(nvjpegDecodeBatchedInitialize(handle, state, count, 1, NVJPEG_OUTPUT_RGBI));
-    NJ(nvjpegDecodeBatched(handle, state, data.data(), lengths.data(), dst.data(), stream));
+    NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, format));
+    if (roi)  // whole images as the trainer decodes them: nvjpegDecodeBatchedEx refused them (status 3, run119)
+      NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
+    else
+      NJ(nvjpegDecodeBatched(handle, state, data.data(), lengths.data(), dst.data(), stream));
     const double w1 = now_ms(CLOCK_MONOTONIC);
     t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
     CK(cudaStreamSynchronize(stream));
     t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
     t.done = now_ms(CLOCK_REALTIME);
-    t.images = count;
-    return t;
+    t.images = n;
   }
 
   CallTimes decode(const std::vector<Image>& set, size_t first, int n) {
@@ -387,18 +396,7 @@ struct Decoder {
       if (g_roi) NJ(nvjpegDecodeParamsSetROI(params[j], im.x & even, im.y & even, im.w & even, im.h & even));
     }
     CallTimes t;
-    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_THREAD_CPUTIME_ID);
-    NJ(nvjpegDecodeBatchedInitialize(handle, state, n, 1, g_format));
-    if (g_roi)  // whole images as the trainer decodes them: nvjpegDecodeBatchedEx refused them (status 3, run119)
-      NJ(nvjpegDecodeBatchedEx(handle, state, data.data(), lengths.data(), dst.data(), params.data(), stream));
-    else
-      NJ(nvjpegDecodeBatched(handle, state, data.data(), lengths.data(), dst.data(), stream));
-    const double w1 = now_ms(CLOCK_MONOTONIC);
-    t.cpu = now_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
-    CK(cudaStreamSynchronize(stream));
-    t.wall = w1 - w0, t.sync = now_ms(CLOCK_MONOTONIC) - w1;
-    t.done = now_ms(CLOCK_REALTIME);
-    t.images = n;
+    timed_call(data, lengths, dst, g_format, g_roi, t);
     return t;
   }
 };
