@@ -16,7 +16,8 @@
 #   hybrid (all the GPU decode tests, then the pipeline alone with cpu, gpu and hybrid)
 #   e2e (MODELS, default ResNet-18 and ResNet-50, end to end from JPEGs with each of DECODES (cpu auto gpu
 #     cpu_cached: the decoded RAM cache; auto_cached, hybrid, hybrid_sNN (a fixed share of NN%), shards_cpu, ...
-#     too if named: shards_X is the training split packed by `trainer pack`, decoded by X; X_smsN: decode X with
+#     too if named: shards_X is the training split packed by `trainer pack`, decoded by X; stdshards_mK: packed
+#     with the standard Huffman tables, GPU decode with K windows a mosaic (m0: one by one); X_smsN: decode X with
 #     the GPU loader's kernels on N SMs, data.gpu_decode_sms; one named twice, for runs in turns, writes its second
 #     JSON as X_2) against the synthetic batch, WARMUP 40 + STEPS 200;
 #     EXTRA: --set overrides for every run, SUFFIX: tags their JSON)
@@ -223,6 +224,13 @@ PY
               $T pack --src data/imagenet_like/train --out data/imagenet_like_shards/train > "$out/pack.log" 2>&1
             d=(--set data.source=shards --set data.root=data/imagenet_like_shards --set data.eval_split=
                --set data.decode=${dec#shards_}) ;;
+          stdshards_m*)  # e.g. stdshards_m16: the training split packed with the standard Huffman tables, GPU
+            # decode with the windows of 16 files a mosaic (data.gpu_decode_mosaic; m0: each file on its own)
+            [ -d data/imagenet_like_stdshards/train ] ||
+              $T pack --src data/imagenet_like/train --out data/imagenet_like_stdshards/train --huffman standard \
+                > "$out/pack_standard.log" 2>&1
+            d=(--set data.source=shards --set data.root=data/imagenet_like_stdshards --set data.eval_split=
+               --set data.decode=gpu --set data.gpu_decode_mosaic=${dec#stdshards_m}) ;;
           hybrid_s*)  # e.g. hybrid_s12: data.decode hybrid at a fixed share of 0.12 of each batch (data.hybrid_share)
             d=(--set data.decode=hybrid --set data.hybrid_share=$(awk "BEGIN{print ${dec#hybrid_s} / 100}")) ;;
           *_sms*)  # e.g. gpu_sms16: the GPU loader's kernels on a green context of 16 SMs (data.gpu_decode_sms)
@@ -248,6 +256,8 @@ for syn in sorted(glob.glob(os.path.join(sys.argv[1], "*_synthetic.json"))):
             f" + uploads {h.get('of_which_upload_cpu_decoded', 0):.1f}, launches {h['launch_crop_resize_normalise']:.1f})"
             if h else "")
         wait = f", waited {100 * d['data_wait_fraction']:.1f}%" if "data_wait_fraction" in d else ""
+        if g.get("mosaics"):
+            wait += f", {g['of_which_tiles_of_mosaics']} of {g['nvjpeg_images']} nvJPEG images in {g['mosaics']} mosaics"
         print(f"{os.path.basename(f)[:-5]}: {d['img_per_s']:.0f} img/s ({100 * d['img_per_s'] / base:.1f}% of synthetic)"
               f"{wait}{side} {d.get('decode_auto', '')}")
         if "input_limit" in d:

@@ -205,6 +205,12 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_calls=0"}, true, 1), "'data.gpu_decode_calls'");
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_calls=2"}, true, 1),
              "'data.gpu_decode_calls': sets the GPU decode path; data.decode is cpu");
+  EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=16"}, true, 1), "");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=1"}, true, 1),
+             "'data.gpu_decode_mosaic': a mosaic of one window is the file on its own");
+  expect_has(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=65"}, true, 1), "'data.gpu_decode_mosaic'");
+  expect_has(error_for({"data.decode=cpu", "data.gpu_decode_mosaic=16"}, true, 1),
+             "'data.gpu_decode_mosaic': sets the GPU decode path; data.decode is cpu");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_priority=high", "data.gpu_decode_sms=16"}, true, 1),
              "'data.gpu_decode_priority': a green context's stream");
   EXPECT_EQ(error_for({}, false, 4), "");

@@ -537,6 +537,80 @@ TEST(GpuDecode, TwoCallsInFlightGiveTheOneCallBatches) {
   expect_same_batches_with([](ImageLoaderOptions& o) { o.decode_calls = 2; });
 }
 
+// data.gpu_decode_mosaic: the training windows of files that share their tables, decoded as tiles of mosaic JPEGs,
+// give the batches of the files decoded one by one: same samples, labels and substitutes over two epochs and a
+// resume, pixels within the tolerance of region decoding (only the windows' edge rows and columns may differ).
+// The set: fixtures rewritten with restart markers and the standard tables (the quality 90 ones together, the
+// quality 85 ones apart), in each class one of a layout no other file has (4:4:4, 4:2:2, grayscale, with fitted
+// tables: decoded on its own), CMYK and PNG files (the fallback) and a corrupt file.
+TEST(GpuDecode, MosaicTilesGiveTheOneByOneBatches) {
+  REQUIRE_NVJPEG();
+  const std::string fx = test::python_fixtures("data", "tests/data/make_images.py", "");
+  test::TempDir dir;
+  const char* alone[] = {"s444", "s422", "gray"};
+  for (int c = 0; c < 3; ++c) {
+    const std::string d = dir.file("set/c" + std::to_string(c));
+    fs::make_dirs(d);
+    const char* src[] = {"baseline", "exif", "progressive", "odd", "odd", "baseline", alone[c]};
+    for (int i = 0; i < 7; ++i) {
+      const std::string b = test::read_file(fx + "/" + src[i] + ".jpg");
+      std::vector<uint8_t> rst;
+      const auto tables = i == 6 ? HuffmanTables::fitted : HuffmanTables::standard;
+      ASSERT_TRUE(transcode_with_restarts(reinterpret_cast<const uint8_t*>(b.data()), b.size(), rst, src[i], 1,
+                                          tables));
+      test::write_file(d + "/" + std::to_string(i) + ".jpg", std::string(rst.begin(), rst.end()));
+    }
+    test::write_file(d + "/7.jpg", test::read_file(fx + "/cmyk.jpg"));
+    test::write_file(d + "/8.png", test::read_file(fx + "/alpha.png"));
+  }
+  test::write_file(dir.file("set/c1/zz_bad.jpg"), "\xff\xd8\xff not really a jpeg");
+  const auto list = scan_image_folder(dir.file("set"));
+  torch::Device dev(torch::kCUDA, 0);
+  for (const bool train : {true, false}) {
+    SCOPED_TRACE(train ? "training" : "evaluation");
+    ImageLoaderOptions o = mixed_set_options(train);
+    o.batch_size = 12;
+    GpuImageLoader plain(list.samples, o, dev);
+    o.decode_mosaic = 4;
+    GpuImageLoader tiled(list.samples, o, dev);
+    auto expect_alike_from = [&](int64_t epoch, int64_t start) {
+      plain.set_epoch(epoch, start);
+      tiled.set_epoch(epoch, start);
+      Batch a, b;
+      int64_t k = 0;
+      while (plain.next(a)) {
+        ASSERT_TRUE(tiled.next(b)) << "epoch " << epoch << " batch " << k;
+        EXPECT_EQ(a.indices, b.indices) << "epoch " << epoch << " batch " << k;
+        EXPECT_TRUE(torch::equal(a.labels.cpu(), b.labels.cpu())) << "epoch " << epoch << " batch " << k;
+        ASSERT_EQ(a.images.sizes(), b.images.sizes());
+        for (int64_t i = 0; i < a.images.size(0); ++i) {
+          const double d = (a.images[i] - b.images[i]).abs().mean().item<double>();
+          EXPECT_LT(d, 0.08) << "epoch " << epoch << " batch " << k << " position " << i << ": mean |diff| " << d;
+        }
+        ++k;
+      }
+      EXPECT_FALSE(tiled.next(b)) << "epoch " << epoch;
+      EXPECT_GT(k, 1) << "epoch " << epoch;
+    };
+    expect_alike_from(0, 0);
+    expect_alike_from(1, 0);
+    expect_alike_from(2, 1);
+    EXPECT_EQ(plain.bad_samples(), tiled.bad_samples());
+    const GpuDecodeStats st = tiled.stats();
+    std::printf("  %s: %lld by nvJPEG, %lld of them as tiles of %lld mosaics, %lld by the CPU fallback\n",
+                train ? "training" : "evaluation", static_cast<long long>(st.gpu), static_cast<long long>(st.gpu_tiled),
+                static_cast<long long>(st.gpu_mosaics), static_cast<long long>(st.cpu_fallback));
+    if (!train) {
+      EXPECT_EQ(st.gpu_tiled, 0) << "evaluation resizes whole images: no mosaics";
+      continue;
+    }
+    EXPECT_GT(st.gpu_mosaics, 0);
+    EXPECT_GE(st.gpu_tiled, 2 * st.gpu_mosaics) << "a mosaic holds at least two windows";
+    EXPECT_LT(st.gpu_tiled, st.gpu) << "the files of a layout of their own are decoded on their own";
+    EXPECT_GE(st.cpu_fallback, 3 * 2) << "CMYK and PNG files go to the CPU decoder";
+  }
+}
+
 // data.interpolation bicubic (ViT's eval): the GPU path's ATen bicubic resize gives the CPU path's bicubic batches
 // within the paths' tolerance, and closer than its bilinear resize does.
 TEST(GpuDecode, BicubicEvaluationMatchesTheCpuLoader) {

@@ -27,6 +27,9 @@ TEST(PipelineReport, SinceTakesTheIntervalsPartOfEveryCounter) {
   before.gpu.host_batches = 2, now.gpu.host_batches = 7;
   before.gpu.host_nvjpeg_call_ms = 20, now.gpu.host_nvjpeg_call_ms = 70;
   before.gpu.ahead_share_images = 10, now.gpu.ahead_share_images = 35;
+  before.gpu.gpu_tiled = 64, now.gpu.gpu_tiled = 320;
+  before.gpu.gpu_mosaics = 4, now.gpu.gpu_mosaics = 20;
+  before.gpu.ahead_mosaic_ms = 1.5, now.gpu.ahead_mosaic_ms = 6;
   const PipelineStats d = pipeline_since(now, before);
   EXPECT_EQ(d.decode, DecodeKind::cpu);
   EXPECT_EQ(d.threads, 4);
@@ -35,6 +38,9 @@ TEST(PipelineReport, SinceTakesTheIntervalsPartOfEveryCounter) {
   EXPECT_EQ(d.gpu.host_batches, 5);
   EXPECT_DOUBLE_EQ(d.gpu.host_nvjpeg_call_ms, 50);
   EXPECT_EQ(d.gpu.ahead_share_images, 25);
+  EXPECT_EQ(d.gpu.gpu_tiled, 256);
+  EXPECT_EQ(d.gpu.gpu_mosaics, 16);
+  EXPECT_DOUBLE_EQ(d.gpu.ahead_mosaic_ms, 4.5);
 }
 
 TEST(PipelineReport, BusyDecodeThreadsAreTheLimitWithTheirRate) {

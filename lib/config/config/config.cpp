@@ -203,6 +203,12 @@ Schema fields_of(Config& c) {
             "on a decoder state and thread of its own, handed out in order (a call waits on GPU-side stages that "
             "slow beside training; 1 = one batch at a time)",
             closed(1, 4));
+  s.add_int("data.gpu_decode_mosaic", &c.data.gpu_decode_mosaic,
+            "data.decode gpu, hybrid (and auto once on the GPU path), training with data.crop_decode: the crop windows "
+            "of k JPEGs a mosaic, one JPEG nvJPEG decodes whole (its per-image CUDA calls made once per mosaic), for "
+            "files with a restart marker after every MCU that share their coding tables (trainer pack --huffman "
+            "standard); other files are decoded one by one; 0 = every file on its own",
+            closed(0, 64));
   s.add_float("data.cache_gb", &c.data.cache_gb,
               "image files and shards: keep each sample in RAM after its first read (later epochs read no disk), at "
               "most this many GiB; 0 = off",
@@ -671,17 +677,24 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
                                      " ranks (data parallel all-reduces run eagerly)"));
   if ((c.data.decode == "gpu" || c.data.decode == "hybrid") && !cuda)
     fail("data.decode", str_cat(c.data.decode, " needs run.device cuda"));
-  if (c.data.decode == "cpu") {  // the GPU decode path's keys, set away from their defaults, have nothing to set
-    const std::pair<const char*, bool> gpu_path[] = {{"data.gpu_decode_sms", c.data.gpu_decode_sms > 0},
-                                                     {"data.gpu_decode_priority", c.data.gpu_decode_priority != "normal"},
-                                                     {"data.gpu_decode_calls", c.data.gpu_decode_calls > 1}};
-    for (const auto& [key, set] : gpu_path)
-      if (set) fail(key, "sets the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
-  }
+  if (c.data.decode == "cpu")  // the GPU decode path's keys, set away from their defaults, have nothing to set
+    for (const KeySetting& k : gpu_decode_settings(c.data))
+      fail(k.key, "sets the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
+  if (c.data.gpu_decode_mosaic == 1)
+    fail("data.gpu_decode_mosaic", "a mosaic of one window is the file on its own: 0 (off) or at least 2");
   if (c.data.gpu_decode_priority != "normal" && c.data.gpu_decode_sms > 0)
     fail("data.gpu_decode_priority", "a green context's stream (data.gpu_decode_sms) keeps the normal priority");
   if (c.data.hybrid_share < 0 && c.data.hybrid_share != -1)
     fail("data.hybrid_share", str_cat("expected -1 (adapted) or a share in [0, 1], got ", c.data.hybrid_share));
+}
+
+std::vector<KeySetting> gpu_decode_settings(const DataConfig& d) {
+  std::vector<KeySetting> out;
+  if (d.gpu_decode_sms > 0) out.push_back({"data.gpu_decode_sms", d.gpu_decode_sms, ""});
+  if (d.gpu_decode_priority != "normal") out.push_back({"data.gpu_decode_priority", 0, d.gpu_decode_priority});
+  if (d.gpu_decode_calls > 1) out.push_back({"data.gpu_decode_calls", d.gpu_decode_calls, ""});
+  if (d.gpu_decode_mosaic > 0) out.push_back({"data.gpu_decode_mosaic", d.gpu_decode_mosaic, ""});
+  return out;
 }
 
 Config config_from_overrides(const std::vector<std::string>& overrides) {

@@ -76,6 +76,7 @@ struct DataConfig {
   int64_t gpu_decode_sms = 0;
   std::string gpu_decode_priority = "normal";
   int64_t gpu_decode_calls = 1;
+  int64_t gpu_decode_mosaic = 0;
   double cache_gb = 0.0;
   std::string cache = "encoded";
   std::vector<double> jitter;
@@ -175,6 +176,14 @@ void validate_config(const Config& cfg, const std::string& origin);
 // The checks that need what a run resolved beyond its config: whether its device is CUDA and how many ranks it
 // has. Throws ConfigError naming the key. Trainer and bench-data run them.
 void validate_config_for_run(const Config& cfg, bool cuda, int world_size);
+// The GPU decode path's tuning keys (data.gpu_decode_*) set away from their defaults, with their values: what a
+// cpu decode refuses and what a benchmark records.
+struct KeySetting {
+  const char* key;     // "data.gpu_decode_calls"
+  int64_t number = 0;  // its value, where it is a number
+  std::string text;    // its value, where it is a word (then `number` is unused)
+};
+std::vector<KeySetting> gpu_decode_settings(const DataConfig& d);
 // The side the training batches have in `epoch` (from 0): data.image_size, or with progressive resizing
 // (data.train_size_min > 0) FFCV's ramp: train_size_min up to the epoch train_size_ramp[0], train_size_max
 // (0 = data.image_size) from train_size_ramp[1] on, linear in between rounded to a multiple of 32 (half to even,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -16,6 +17,7 @@
 #include "data/image_ops.h"
 #include "data/jpeg_cut.h"
 #include "data/jpeg_decoder.h"
+#include "data/jpeg_mosaic.h"
 
 #ifdef TRAINER_WITH_NVJPEG
 #include <ATen/core/CachingHostAllocator.h>
@@ -108,6 +110,17 @@ struct GpuImageLoader::FileBatch {
   // side's time for its k images, so that the split balances it against nvJPEG's span for the rest; and its stages
   double host_ms = 0, read_ms = 0, size_ms = 0, parse_ms = 0, share_ms = 0;
   double share_cpu_ms = 0;  // the threads' time in the share's images, summed
+  // training, opt.decode_mosaic: the crop windows of files that can be tiled together laid out k to a JPEG
+  // (jpeg_mosaic.h) that nvJPEG decodes whole. mosaic_of[i] >= 0: file i's window is in that mosaic (and `in`
+  // holds nothing for the file); tile_frame[i]: the file's frame in the mosaic's pixels (x, y of the source's
+  // corner, w, h of the source); -1: the file is decoded on its own
+  std::vector<JpegMosaic> mosaics;
+  torch::Tensor mosaic_pinned;                    // the mosaics' bytes, pinned
+  GpuJpegDecoder::Files mosaic_in;                // each mosaic's in `mosaic_pinned`
+  std::vector<GpuJpegDecoder::Info> mosaic_info;  // and their headers, parsed
+  std::vector<int> mosaic_of;
+  std::vector<Rect> tile_frame;
+  double mosaic_ms = 0;  // laying them out and parsing them
 };
 
 struct GpuImageLoader::ReadAhead {
@@ -124,6 +137,7 @@ struct GpuImageLoader::Decoded {
   std::vector<Rect> frame;            // the part of its image each tensor holds: x, y of its corner, w, h of the whole
   std::vector<char> final;            // the tensor is already the sample's (S, S, 3) output (the hybrid share)
   int64_t by_gpu = 0, by_cpu = 0, cropped = 0;
+  int64_t tiled = 0;         // of cropped: decoded as tiles of mosaics
   int64_t by_hybrid = 0;     // of by_cpu: the hybrid share (nvJPEG could have taken them)
   // the producer thread's part of decode(): the nvJPEG call, the CPU threads' part beside it (what it waited for
   // after the call), the uploads of what the CPU threads decoded
@@ -407,9 +421,11 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   times->started.record(side);
   const auto t_decode = Clock::now();
   Decoded d = decode(files, indices, decoder, *times);
-  if (files.pinned.defined())  // the files' pinned buffer is not reused before the side stream is past the decode
-    at::getHostAllocator(at::kCUDA)->record_event(files.pinned.data_ptr(),
-                                                   files.pinned.storage().data_ptr().get_context(), side.unwrap());
+  // the files' and mosaics' pinned buffers are not reused before the side stream is past the decode
+  for (const torch::Tensor* b : {&files.pinned, &files.mosaic_pinned})
+    if (b->defined() && b->numel() > 0)
+      at::getHostAllocator(at::kCUDA)->record_event(b->data_ptr(), b->storage().data_ptr().get_context(),
+                                                     side.unwrap());
   substitute_failures(d);
   const double decode_host_ms = ms_since(t_decode);
   times->decoded.record(side);
@@ -441,6 +457,9 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   ++stats_.host_batches;
   stats_.gpu += d.by_gpu;
   stats_.gpu_cropped += d.cropped;
+  stats_.gpu_tiled += d.tiled;
+  stats_.gpu_mosaics += static_cast<int64_t>(files.mosaics.size());
+  stats_.ahead_mosaic_ms += files.mosaic_ms;
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
   stats_.cpu_hybrid += d.by_hybrid;
   split_.observe_host(files.share_images, files.host_ms);
@@ -505,7 +524,9 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
     };
   const auto t_parse = Clock::now();
   try {
-    r.info = decoder_->inspect(r.in, threads, roi_of);  // the share's (no bytes here) come back unsupported
+    if (roi_of && opt_.decode_mosaic > 1) lay_out_mosaics(q, r, threads);
+    // the share's and the mosaics' files (no bytes here) come back unsupported
+    r.info = decoder_->inspect(r.in, threads, roi_of);
   } catch (...) {
     if (decoding.valid()) decoding.wait();
     throw;
@@ -514,6 +535,74 @@ GpuImageLoader::FileBatch GpuImageLoader::read_files(const EpochCursor& q, int64
   if (decoding.valid()) decoding.get();
   r.host_ms = ms_since(t);
   return r;
+}
+
+void GpuImageLoader::lay_out_mosaics(const EpochCursor& q, FileBatch& r, int threads) const {
+  const auto t = Clock::now();
+  const size_t B = r.files.size();
+  r.mosaic_of.assign(B, -1);
+  r.tile_frame.assign(B, Rect{});
+  // the files that can be tiled together, each with its window, grouped by their coding tables in batch order
+  std::vector<std::string> keys(B);
+  std::vector<Rect> windows(B);
+  parallel_for(static_cast<int64_t>(B), threads, [&](int64_t j) {
+    const auto i = static_cast<size_t>(j);
+    const auto& f = r.in[i];  // neither the hybrid share nor a file that could not be read
+    JpegFrame frame;
+    if (!f.first || !read_jpeg_frame(f.first, f.second, frame) || !frame.cuttable) return;
+    keys[i] = mosaic_key(f.first, f.second);
+    bool flip = false;
+    windows[i] = window((*q.order)[static_cast<size_t>(q.cursor) + i], q.epoch, frame.width, frame.height, &flip);
+    r.tile_frame[i] = Rect{0, 0, frame.width, frame.height};
+  });
+  std::map<std::string, std::vector<size_t>> alike;
+  for (size_t i = 0; i < B; ++i)
+    if (!keys[i].empty()) alike[keys[i]].push_back(i);
+  const size_t k = static_cast<size_t>(opt_.decode_mosaic);
+  std::vector<std::vector<size_t>> groups;
+  for (const auto& [key, files] : alike)
+    for (size_t at = 0; at + 1 < files.size(); at += k)  // a last one left alone is decoded on its own
+      groups.emplace_back(files.begin() + static_cast<std::ptrdiff_t>(at),
+                          files.begin() + static_cast<std::ptrdiff_t>(std::min(files.size(), at + k)));
+  std::vector<JpegMosaic> built(groups.size());
+  std::vector<char> ok(groups.size(), 0);
+  parallel_for(static_cast<int64_t>(groups.size()), threads, [&](int64_t g) {
+    std::vector<MosaicPiece> pieces;
+    for (size_t i : groups[static_cast<size_t>(g)]) pieces.push_back({r.in[i].first, r.in[i].second, windows[i]});
+    ok[static_cast<size_t>(g)] = build_jpeg_mosaic(pieces, built[static_cast<size_t>(g)]);
+  });
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!ok[g]) continue;  // decoded one by one, whose decode reports any corruption
+    for (size_t j = 0; j < groups[g].size(); ++j) {
+      const size_t i = groups[g][j];
+      const MosaicTile& tile = built[g].tiles[j];
+      r.mosaic_of[i] = static_cast<int>(r.mosaics.size());
+      r.tile_frame[i].x = tile.at.x - tile.x;
+      r.tile_frame[i].y = tile.at.y - tile.y;
+      r.in[i] = {nullptr, 0};
+    }
+    r.mosaics.push_back(std::move(built[g]));
+  }
+  if (r.mosaics.empty()) {
+    r.mosaic_ms = ms_since(t);
+    return;
+  }
+  // into pinned memory, as the files are, for the engines' copies
+  size_t total = 0;
+  for (const JpegMosaic& m : r.mosaics) total += m.bytes.size();
+  r.mosaic_pinned = torch::empty({static_cast<int64_t>(total)},
+                                 torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  uint8_t* at = r.mosaic_pinned.data_ptr<uint8_t>();
+  for (const JpegMosaic& m : r.mosaics) {
+    r.mosaic_in.push_back({at, m.bytes.size()});
+    at += m.bytes.size();
+  }
+  parallel_for(static_cast<int64_t>(r.mosaics.size()), threads, [&](int64_t m) {
+    const auto& b = r.mosaics[static_cast<size_t>(m)].bytes;
+    std::memcpy(const_cast<uint8_t*>(r.mosaic_in[static_cast<size_t>(m)].first), b.data(), b.size());
+  });
+  r.mosaic_info = decoder_->inspect(r.mosaic_in, threads);  // whole: each is all crop windows
+  r.mosaic_ms = ms_since(t);
 }
 
 std::vector<int64_t> GpuImageLoader::pick_share(const EpochCursor& q, FileBatch& r) const {
@@ -631,7 +720,7 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   std::vector<size_t> on_host;
   for (size_t i = 0; i < B; ++i) {
     if (in_share(files, i)) info[i].supported = false;
-    else if (!info[i].supported) on_host.push_back(i);
+    else if (!info[i].supported && !in_mosaic(files, i)) on_host.push_back(i);
   }
   auto host_part = std::async(std::launch::async, [&] {
     become_data_thread();
@@ -639,7 +728,12 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   });
   const auto t_call = Clock::now();
   try {
-    d.images = decoder.decode(files.in, info);  // on the current (side) stream
+    // on the current (side) stream, in one call: the files on their own, then the mosaics
+    GpuJpegDecoder::Files in = files.in;
+    in.insert(in.end(), files.mosaic_in.begin(), files.mosaic_in.end());
+    info.insert(info.end(), files.mosaic_info.begin(), files.mosaic_info.end());
+    d.images = decoder.decode(in, info);
+    info.resize(B);
     times.engines_done();
   } catch (...) {
     host_part.wait();
@@ -649,10 +743,21 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
   const auto t_after = Clock::now();
   host_part.get();
   d.host_after_call_ms = ms_since(t_after);
-  // a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU threads too
+  // a mosaic's tiles are views of it; a batch nvJPEG refused as a whole (one bad bitstream fails it) goes to the CPU
+  // threads too, the mosaics' files as files
+  d.images.resize(B + files.mosaics.size());
+  const std::vector<torch::Tensor> mosaics(d.images.begin() + static_cast<std::ptrdiff_t>(B), d.images.end());
+  d.images.resize(B);
+  std::vector<char> tiled(B, 0);
   std::vector<size_t> refused;
-  for (size_t i = 0; i < B; ++i)
-    if (info[i].supported && !d.images[i].defined()) refused.push_back(i);
+  for (size_t i = 0; i < B; ++i) {
+    if (in_mosaic(files, i) && mosaics[static_cast<size_t>(files.mosaic_of[i])].defined()) {
+      d.images[i] = mosaics[static_cast<size_t>(files.mosaic_of[i])];
+      tiled[i] = 1;
+    } else if ((info[i].supported || in_mosaic(files, i)) && !d.images[i].defined()) {
+      refused.push_back(i);
+    }
+  }
   decode_on_host_threads(refused);
   on_host.insert(on_host.end(), refused.begin(), refused.end());
   d.by_gpu = static_cast<int64_t>(B - on_host.size()) - files.share_images;
@@ -672,6 +777,10 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
     const auto& inf = info[i];
     if (d.final[i]) {
       d.frame[i] = Rect{0, 0, S, S};
+    } else if (tiled[i]) {
+      d.frame[i] = files.tile_frame[i];
+      ++d.cropped;
+      ++d.tiled;
     } else if (inf.supported && inf.roi.w > 0 && t.size(1) == inf.roi.w && t.size(0) == inf.roi.h) {
       d.frame[i] = Rect{inf.roi.x, inf.roi.y, inf.width, inf.height};
       ++d.cropped;
@@ -684,6 +793,10 @@ GpuImageLoader::Decoded GpuImageLoader::decode(const FileBatch& files, const std
 
 bool GpuImageLoader::in_share(const FileBatch& files, size_t i) {
   return i < files.share_slot.size() && files.share_slot[i] >= 0;
+}
+
+bool GpuImageLoader::in_mosaic(const FileBatch& files, size_t i) {
+  return i < files.mosaic_of.size() && files.mosaic_of[i] >= 0;
 }
 
 void GpuImageLoader::take_share(const FileBatch& files, Decoded& d) const {

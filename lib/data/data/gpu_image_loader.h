@@ -76,12 +76,15 @@ class GpuImageLoader : public Loader {
   // decoded beside the parsing
   FileBatch read_files(const EpochCursor& p, int64_t count) const;
   std::vector<int64_t> pick_share(const EpochCursor& p, FileBatch& files) const;
+  // training, opt.decode_mosaic: the crop windows of files that can be tiled together as mosaics, parsed
+  void lay_out_mosaics(const EpochCursor& p, FileBatch& files, int threads) const;
   void decode_share(const EpochCursor& p, const std::vector<int64_t>& at, FileBatch& files) const;
   FileBatch& take_files(const EpochCursor& p, int64_t count);  //    this batch's, and start the next's
   // 2. nvJPEG, the CPU threads for what it cannot take, then the hybrid share's outputs onto the device
   Decoded decode(const FileBatch& files, const std::vector<int64_t>& indices, GpuJpegDecoder& decoder,
                  BatchTimes& times);
   static bool in_share(const FileBatch& files, size_t i);
+  static bool in_mosaic(const FileBatch& files, size_t i);
   void take_share(const FileBatch& files, Decoded& d) const;
   void substitute_failures(Decoded& d);                                         // 3. bad_samples.h policy
   torch::Tensor crop_resize_normalize(const Decoded& d, int64_t epoch);         // 4. the batch tensor

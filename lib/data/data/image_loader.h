@@ -70,6 +70,9 @@ struct ImageLoaderOptions {
   int decode_sms = 0;
   bool decode_high_priority = false;  // the GPU path's side stream from CUDA's high-priority pool
   int decode_calls = 1;  // the GPU path's nvJPEG calls in flight, each batch's on a decoder and thread of its own
+  // GPU decode, training with crop_decode: the crop windows of up to this many JPEGs laid out as one mosaic JPEG
+  // (jpeg_mosaic.h) that nvJPEG decodes whole, for files that can be tiled together; 0: each file on its own
+  int decode_mosaic = 0;
 };
 
 // The crop window of sample `index` in `epoch` on a w x h image and whether it is flipped: RandomResizedCrop +

@@ -30,6 +30,8 @@ struct GpuDecodeStats {
   double host_share = 0;              // hybrid: the share of a batch the CPU threads take now
   int64_t bad = 0;                    // distinct files that failed to read or decode (bad_samples.h)
   int64_t gpu_cropped = 0;            // of `gpu`: only their crop window decoded (data.crop_decode)
+  int64_t gpu_tiled = 0;              // of `gpu_cropped`: as tiles of mosaic JPEGs (data.gpu_decode_mosaic)
+  int64_t gpu_mosaics = 0;            // those mosaics
   int64_t batches = 0;                // batches whose device time is in the two figures below
   // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
   // where the device is idle) to the end of the decode on the engines/SMs
@@ -49,6 +51,7 @@ struct GpuDecodeStats {
   double ahead_ms = 0, ahead_read_ms = 0, ahead_size_ms = 0, ahead_parse_ms = 0, ahead_share_ms = 0;
   double ahead_share_cpu_ms = 0;
   int64_t ahead_share_images = 0;
+  double ahead_mosaic_ms = 0;  // laying the crop windows out as mosaics (data.gpu_decode_mosaic), with their parsing
 };
 
 // The image pipeline making a loader's batches now and its counters so far: `cpu` for DecodeKind::cpu, `gpu` for

@@ -43,12 +43,13 @@ static std::string decode_name(const PipelineStats& s) {
   return s.decode == DecodeKind::cpu ? "cpu" : "none (data in memory)";
 }
 
-// the GPU decode path's keys set away from their defaults
-static void gpu_decode_settings(const Config& cfg, nlohmann::json& j) {
-  const DataConfig& d = cfg.data;
-  if (d.gpu_decode_sms > 0) j["gpu_decode_sms"] = d.gpu_decode_sms;
-  if (d.gpu_decode_priority != "normal") j["gpu_decode_priority"] = d.gpu_decode_priority;
-  if (d.gpu_decode_calls > 1) j["gpu_decode_calls"] = d.gpu_decode_calls;
+// the GPU decode path's keys set away from their defaults, named without "data."
+static void record_gpu_decode_settings(const Config& cfg, nlohmann::json& j) {
+  for (const KeySetting& k : gpu_decode_settings(cfg.data)) {
+    const std::string name = std::string(k.key).substr(5);
+    if (k.text.empty()) j[name] = k.number;
+    else j[name] = k.text;
+  }
 }
 
 // the side stream's time and the producer thread's host time per stage, per batch
@@ -68,6 +69,7 @@ static nlohmann::json gpu_decode_times(const GpuDecodeStats& st) {
             {"read_files", st.ahead_read_ms / host},
             {"sizes_and_pinned_buffer", st.ahead_size_ms / host},
             {"parse_headers", st.ahead_parse_ms / host},
+            {"lay_out_mosaics", st.ahead_mosaic_ms / host},
             {"hybrid_share_beside_parsing", st.ahead_share_ms / host},
             {"hybrid_share_images", static_cast<double>(st.ahead_share_images) / host},
             {"hybrid_share_thread_ms_per_image",
@@ -155,13 +157,16 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
-    gpu_decode_settings(cfg, j);
+    record_gpu_decode_settings(cfg, j);
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
     const PipelineStats timed = pipeline_since(ps, before);
     // the loader's time
     if (ps.decode == DecodeKind::gpu && before.decode == DecodeKind::gpu && timed.gpu.batches > 0) {
       j["gpu_decode_timed"] = gpu_decode_times(timed.gpu);
       j["gpu_decode_timed"]["batches"] = timed.gpu.batches;
+      j["gpu_decode_timed"]["nvjpeg_images"] = timed.gpu.gpu;
+      j["gpu_decode_timed"]["of_which_tiles_of_mosaics"] = timed.gpu.gpu_tiled;
+      j["gpu_decode_timed"]["mosaics"] = timed.gpu.gpu_mosaics;
     }
     add_input_limit(j, ps.decode == before.decode ? limit_beside_training(input_limit(timed, sec), wait_s / sec)
                                                   : InputLimit{});
@@ -277,13 +282,15 @@ DataBenchResult run_bench_data(const Config& cfg, const RunContext& ctx) {
   j["bad_samples"] = loader.bad_samples();
   j["decode"] = decode_name(stats);
   if (!loader.decision().empty()) j["decode_auto"] = loader.decision();
-  gpu_decode_settings(cfg, j);
+  record_gpu_decode_settings(cfg, j);
   const InputLimit limit = stats.decode == p0.decode ? input_limit(pipeline_since(stats, p0), sec) : InputLimit{};
   add_input_limit(j, limit);
   if (gpu) {
     const GpuDecodeStats& st = stats.gpu;
     j["gpu_decode"] = {{"nvjpeg", st.gpu},
                        {"nvjpeg_crop_window_only", st.gpu_cropped},
+                       {"nvjpeg_tiles_of_mosaics", st.gpu_tiled},
+                       {"nvjpeg_mosaics", st.gpu_mosaics},
                        {"cpu_fallback", st.cpu_fallback},
                        {"cpu_hybrid", st.cpu_hybrid},
                        {"host_share_now", st.host_share},

@@ -91,6 +91,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.decode_sms = static_cast<int>(d.gpu_decode_sms);
   o.decode_high_priority = d.gpu_decode_priority == "high";
   o.decode_calls = static_cast<int>(d.gpu_decode_calls);
+  o.decode_mosaic = static_cast<int>(d.gpu_decode_mosaic);
   return o;
 }
 
