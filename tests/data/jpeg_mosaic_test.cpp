@@ -52,6 +52,10 @@ struct Source {
   RgbImage full;  // its whole decode
 };
 
+// How far a pixel on an edge of its image may be off in these synthetic pictures: its chroma is upsampled from the
+// neighbouring tile's or filler's (which the layout picks) where libjpeg repeats the edge's.
+constexpr int kEdgeMax = 48;
+
 // Every piece's window in the decoded mosaic against its source's full decode: pixels off the image's edges
 // equal; pixels on an edge the window reaches within `edge_max`. Returns the number of edge pixels that differ.
 int expect_windows_match(const std::vector<Source>& src, const std::vector<size_t>& of,
@@ -142,7 +146,7 @@ TEST(JpegMosaic, TilesDecodeToTheirSourcesWindows) {
   EXPECT_EQ(m.tiles[0].at.h, 64);
   EXPECT_EQ(m.tiles[1].at.x, 32);
   EXPECT_EQ(m.tiles[1].at.w, 80);
-  const int edge_diffs = expect_windows_match(src, of, pieces, m, 40);
+  const int edge_diffs = expect_windows_match(src, of, pieces, m, kEdgeMax);
   std::printf("edge pixels that differ from the full decode: %d\n", edge_diffs);
   // a filler decodes to mid grey
   const RgbImage mosaic = decode(m.bytes);
@@ -182,8 +186,35 @@ TEST(JpegMosaic, RandomWindowsOfABatchMatchTheirSources) {
     JpegMosaic m;
     ASSERT_TRUE(build_jpeg_mosaic(pieces, m));
     SCOPED_TRACE("round " + std::to_string(round));
-    expect_windows_match(src, of, pieces, m, 40);
+    expect_windows_match(src, of, pieces, m, kEdgeMax);
   }
+}
+
+// The shelves' width is the one with the fewest fillers: four tiles of 3 x 1 MCUs fill a frame of 3 x 4 MCUs, where
+// the square's width (4) would leave a filler beside each.
+TEST(JpegMosaic, ShelvesLeaveTheFewestFillers) {
+  const auto a = tileable(photo_like(96, 64, 1), 90);
+  const std::vector<MosaicPiece> pieces(4, MosaicPiece{a.data(), a.size(), Rect{1, 1, 46, 14}});
+  JpegMosaic m;
+  ASSERT_TRUE(build_jpeg_mosaic(pieces, m));
+  EXPECT_EQ(m.filler_mcus, 0);
+  EXPECT_EQ(m.tile_mcus, 12);
+  EXPECT_EQ(m.width, 48);
+  EXPECT_EQ(m.height, 64);
+}
+
+// A key the caller read for a piece is compared, not read again: a wrong one refuses the piece.
+TEST(JpegMosaic, AKeyGivenByTheCallerIsCompared) {
+  const auto a = tileable(photo_like(96, 64, 1), 90), b = tileable(photo_like(80, 80, 2), 90);
+  const auto b85 = tileable(photo_like(80, 80, 2), 85);
+  const std::string ka = mosaic_key(a.data(), a.size()), kb = mosaic_key(b.data(), b.size());
+  const std::string k85 = mosaic_key(b85.data(), b85.size());
+  const Rect w{8, 8, 40, 40};
+  JpegMosaic with, without;
+  ASSERT_TRUE(build_jpeg_mosaic({{a.data(), a.size(), w, &ka}, {b.data(), b.size(), w, &kb}}, with));
+  ASSERT_TRUE(build_jpeg_mosaic({{a.data(), a.size(), w}, {b.data(), b.size(), w}}, without));
+  EXPECT_EQ(with.bytes, without.bytes);
+  EXPECT_FALSE(build_jpeg_mosaic({{a.data(), a.size(), w, &ka}, {b.data(), b.size(), w, &k85}}, with));
 }
 
 // Files go together only with equal coding tables: the same quality and the standard Huffman tables. Fitted

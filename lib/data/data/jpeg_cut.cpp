@@ -113,8 +113,18 @@ bool read_jpeg_frame(const uint8_t* d, size_t n, JpegFrame& frame) {
 }
 
 bool index_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
+  return read_restart_headers(d, n, idx) && scan_intervals(d, n, idx, upto);
+}
+
+bool read_restart_headers(const uint8_t* d, size_t n, RestartIndex& idx) {
   idx = RestartIndex{};
-  return read_headers(d, n, idx) && scan_intervals(d, n, idx, upto);
+  return read_headers(d, n, idx);
+}
+
+bool scan_restart_intervals(const uint8_t* d, size_t n, RestartIndex& idx, int64_t upto) {
+  idx.starts.clear();
+  idx.scanned_end = 0;
+  return idx.scan_at > 0 && scan_intervals(d, n, idx, upto);
 }
 
 bool cut_jpeg_window(const uint8_t* d, size_t n, Rect w, int scale_denom, std::vector<uint8_t>& out,

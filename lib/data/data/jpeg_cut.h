@@ -38,6 +38,10 @@ struct RestartIndex {
 // and then the count must be exactly the frame's). False when the file does not qualify or the markers are not
 // where they must be (the caller then decodes the ordinary way, which reports any corruption).
 bool index_restart_intervals(const uint8_t* data, size_t size, RestartIndex& idx, int64_t upto = -1);
+// The same in two steps, for a caller that picks `upto` from the frame: the headers alone (the frame's geometry and
+// interval; `starts` empty), then the boundaries on an index that read_restart_headers filled.
+bool read_restart_headers(const uint8_t* data, size_t size, RestartIndex& idx);
+bool scan_restart_intervals(const uint8_t* data, size_t size, RestartIndex& idx, int64_t upto = -1);
 
 // A JPEG's frame from its headers alone (a walk over the markers to the first frame header, no tables read): its
 // size, whether it is progressive (a crop decode reads all of it), and whether cut_jpeg_window can cut it (its

@@ -146,7 +146,7 @@ struct Span {
 };
 
 bool tile_of(const MosaicPiece& piece, Span& t) {
-  if (!index_restart_intervals(piece.data, piece.size, t.idx, 0) || t.idx.interval != 1) return false;
+  if (!read_restart_headers(piece.data, piece.size, t.idx) || t.idx.interval != 1) return false;
   const RestartIndex& x = t.idx;
   const int mw = x.mcu_w, mh = x.mcu_h;
   const int x0 = std::clamp(piece.window.x, 0, x.width - 1), y0 = std::clamp(piece.window.y, 0, x.height - 1);
@@ -162,7 +162,25 @@ bool tile_of(const MosaicPiece& piece, Span& t) {
   t.cols = c1 - c0;
   t.rows = r1 - r0;
   // the intervals up to the tile's last MCU
-  return index_restart_intervals(piece.data, piece.size, t.idx, int64_t(r1 - 1) * x.mcu_cols + c1 - 1);
+  return scan_restart_intervals(piece.data, piece.size, t.idx, int64_t(r1 - 1) * x.mcu_cols + c1 - 1);
+}
+
+// Shelves of width W (MCUs): the tiles in `order` (tallest first) left to right, a new shelf where the next does not
+// fit. Each tile's MCU column and row in `at`; returns the height.
+int shelve(const std::vector<Span>& spans, const std::vector<size_t>& order, int W,
+           std::vector<std::pair<int, int>>& at) {
+  int x = 0, shelf_y = 0, shelf_h = 0;
+  for (size_t i : order) {
+    if (x + spans[i].cols > W) {
+      shelf_y += shelf_h;
+      x = 0;
+      shelf_h = 0;
+    }
+    at[i] = {x, shelf_y};
+    x += spans[i].cols;
+    shelf_h = std::max(shelf_h, spans[i].rows);
+  }
+  return shelf_y + shelf_h;
 }
 
 }  // namespace
@@ -180,31 +198,32 @@ bool build_jpeg_mosaic(const std::vector<MosaicPiece>& pieces, JpegMosaic& out) 
   int64_t area = 0;
   int widest = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if ((i > 0 && mosaic_key(pieces[i].data, pieces[i].size) != h.key) || !tile_of(pieces[i], spans[i])) return false;
+    if (i > 0 && (pieces[i].key ? *pieces[i].key : mosaic_key(pieces[i].data, pieces[i].size)) != h.key) return false;
+    if (!tile_of(pieces[i], spans[i])) return false;
     area += int64_t(spans[i].cols) * spans[i].rows;
     widest = std::max(widest, spans[i].cols);
   }
   const int mw = spans[0].idx.mcu_w, mh = spans[0].idx.mcu_h;
-  // shelves: the tallest tiles first, left to right, in a frame about as wide as it is tall
-  const int W = std::max(widest, static_cast<int>(std::ceil(std::sqrt(double(area)))));
+  // shelves, the tallest tiles first, at the width between 3/4 and 3/2 of the square's side whose frame has the
+  // fewest MCUs (the fillers are decoded and converted like the tiles); a tie goes to the squarer frame
   std::vector<size_t> order(pieces.size());
   std::iota(order.begin(), order.end(), size_t(0));
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a].rows > spans[b].rows; });
-  out.tiles.resize(pieces.size());
-  std::vector<std::pair<int, int>> at(pieces.size());  // MCU column and row of each tile in the mosaic
-  int x = 0, shelf_y = 0, shelf_h = 0;
-  for (size_t i : order) {
-    if (x + spans[i].cols > W) {
-      shelf_y += shelf_h;
-      x = 0;
-      shelf_h = 0;
+  std::vector<std::pair<int, int>> at(pieces.size()), trial(pieces.size());  // MCU column and row of each tile
+  const double side = std::sqrt(double(area));
+  int W = 0, H = 0;
+  for (int w = std::max(widest, static_cast<int>(0.75 * side)); w <= std::max(widest, int(std::ceil(1.5 * side)));
+       ++w) {
+    const int h = shelve(spans, order, w, trial);
+    const int64_t cells = int64_t(w) * h, best = int64_t(W) * H;
+    if (W == 0 || cells < best || (cells == best && std::abs(w - h) < std::abs(W - H))) {
+      W = w;
+      H = h;
+      at.swap(trial);
     }
-    at[i] = {x, shelf_y};
-    x += spans[i].cols;
-    shelf_h = std::max(shelf_h, spans[i].rows);
   }
-  const int H = shelf_y + shelf_h;
   if (int64_t(W) * mw > 65535 || int64_t(H) * mh > 65535) return false;
+  out.tiles.resize(pieces.size());
   // which piece's interval fills each MCU of the mosaic (-1: a filler)
   std::vector<int32_t> owner(size_t(W) * H, -1);
   std::vector<uint32_t> interval(size_t(W) * H, 0);

@@ -27,6 +27,7 @@ struct MosaicPiece {
   const uint8_t* data = nullptr;  // a JPEG with a restart marker after every MCU
   size_t size = 0;
   Rect window;                    // full-resolution pixels of the source, clipped to it
+  const std::string* key = nullptr;  // its mosaic_key where the caller has it (then not read again)
 };
 
 struct MosaicTile {
@@ -48,7 +49,8 @@ struct JpegMosaic {
 // scan of every component with a restart interval of one MCU).
 std::string mosaic_key(const uint8_t* data, size_t size);
 
-// Lays the pieces' windows out in shelves (tallest first) as one JPEG in `out`. False, with `out` unspecified, where
+// Lays the pieces' windows out in shelves (tallest first, at the width that leaves the fewest fillers) as one JPEG in
+// `out`. False, with `out` unspecified, where
 // a piece cannot be tiled (its key is empty or differs from the first piece's, or its markers are not where they
 // must be within the tile's span: the caller decodes it on its own, which reports any corruption).
 bool build_jpeg_mosaic(const std::vector<MosaicPiece>& pieces, JpegMosaic& out);
