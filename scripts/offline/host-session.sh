@@ -286,8 +286,13 @@ import json, sys
 d, m, tag = sys.argv[1:4]
 syn = json.load(open(f"{d}/{m}_synthetic.json"))["img_per_s"]
 r = json.load(open(f"{d}/{m}_{tag}.json"))
+g = r.get("gpu_decode_timed", {})
+h = g.get("producer_host_ms_per_batch", {})
+mosaics = (f", {g['mosaics']} mosaics ({100 * g['mosaic_filler_share']:.1f}% fillers)" if g.get("mosaics") else "")
 print(f"{tag}: {r['img_per_s']:.0f} img/s ({100 * r['img_per_s'] / syn:.1f}% of synthetic), waited "
-      f"{100 * r['data_wait_fraction']:.1f}%, pace: {r.get('input_limit', {}).get('stage', '?')}")
+      f"{100 * r['data_wait_fraction']:.1f}%, pace: {r.get('input_limit', {}).get('stage', '?')}"
+      + (f", nvJPEG call {h.get('of_which_nvjpeg_call', 0):.1f} ms, side stream {g['decode_stream_ms_per_batch']:.1f} ms"
+         " a batch" if g else "") + mosaics)
 PY
       done
     done

@@ -459,6 +459,10 @@ void GpuImageLoader::make(const EpochCursor& p, FileBatch& files, GpuJpegDecoder
   stats_.gpu_cropped += d.cropped;
   stats_.gpu_tiled += d.tiled;
   stats_.gpu_mosaics += static_cast<int64_t>(files.mosaics.size());
+  for (const JpegMosaic& m : files.mosaics) {
+    stats_.mosaic_mcus += m.tile_mcus + m.filler_mcus;
+    stats_.mosaic_filler_mcus += m.filler_mcus;
+  }
   stats_.ahead_mosaic_ms += files.mosaic_ms;
   stats_.cpu_fallback += d.by_cpu - d.by_hybrid;
   stats_.cpu_hybrid += d.by_hybrid;

@@ -32,6 +32,7 @@ struct GpuDecodeStats {
   int64_t gpu_cropped = 0;            // of `gpu`: only their crop window decoded (data.crop_decode)
   int64_t gpu_tiled = 0;              // of `gpu_cropped`: as tiles of mosaic JPEGs (data.gpu_decode_mosaic)
   int64_t gpu_mosaics = 0;            // those mosaics
+  int64_t mosaic_mcus = 0, mosaic_filler_mcus = 0;  // their MCUs, and of them fillers (no tile)
   int64_t batches = 0;                // batches whose device time is in the two figures below
   // side-stream span of the batched nvJPEG decode, from the start of its submission (host header parsing included
   // where the device is idle) to the end of the decode on the engines/SMs

@@ -36,6 +36,7 @@ PipelineStats pipeline_since(const PipelineStats& now, const PipelineStats& befo
   g.gpu -= g0.gpu, g.cpu_fallback -= g0.cpu_fallback, g.cpu_hybrid -= g0.cpu_hybrid, g.bad -= g0.bad;
   g.gpu_cropped -= g0.gpu_cropped, g.batches -= g0.batches;
   g.gpu_tiled -= g0.gpu_tiled, g.gpu_mosaics -= g0.gpu_mosaics, g.ahead_mosaic_ms -= g0.ahead_mosaic_ms;
+  g.mosaic_mcus -= g0.mosaic_mcus, g.mosaic_filler_mcus -= g0.mosaic_filler_mcus;
   g.decode_ms -= g0.decode_ms, g.augment_ms -= g0.augment_ms;
   g.host_batches -= g0.host_batches;
   g.host_read_wait_ms -= g0.host_read_wait_ms, g.host_decode_ms -= g0.host_decode_ms;

@@ -167,6 +167,8 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
       j["gpu_decode_timed"]["nvjpeg_images"] = timed.gpu.gpu;
       j["gpu_decode_timed"]["of_which_tiles_of_mosaics"] = timed.gpu.gpu_tiled;
       j["gpu_decode_timed"]["mosaics"] = timed.gpu.gpu_mosaics;
+      if (timed.gpu.mosaic_mcus > 0)
+        j["gpu_decode_timed"]["mosaic_filler_share"] = double(timed.gpu.mosaic_filler_mcus) / timed.gpu.mosaic_mcus;
     }
     add_input_limit(j, ps.decode == before.decode ? limit_beside_training(input_limit(timed, sec), wait_s / sec)
                                                   : InputLimit{});
