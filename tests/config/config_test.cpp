@@ -1,6 +1,9 @@
 // Every way a config can be wrong gets one clear error naming file, line, key and what is allowed.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+
 #include "config/config.h"
 #include "core/check.h"
 #include "test_support/test_support.h"
@@ -206,6 +209,10 @@ TEST(Config, RunChecksNameTheKeyThatCannotRunHere) {
   expect_has(error_for({"data.decode=cpu", "data.gpu_decode_calls=2"}, true, 1),
              "'data.gpu_decode_calls': sets the GPU decode path; data.decode is cpu");
   EXPECT_EQ(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=16"}, true, 1), "");
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  expect_has(error_for({"data.training_cores=" + std::to_string(cores)}, true, 1),
+             "'data.training_cores': " + std::to_string(cores) + " leaves no CPU for the data threads");
+  if (cores > 1) EXPECT_EQ(error_for({"data.training_cores=1"}, true, 1), "");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=1"}, true, 1),
              "'data.gpu_decode_mosaic': a mosaic of one window is the file on its own");
   expect_has(error_for({"data.decode=gpu", "data.gpu_decode_mosaic=65"}, true, 1), "'data.gpu_decode_mosaic'");

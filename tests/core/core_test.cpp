@@ -182,6 +182,41 @@ TEST(ThreadPriority, DataThreadsAndThePoolsHelpersTakeTheNiceness) {
   set_data_thread_nice(0);
 }
 
+// data.training_cores: a data thread and the pool's helpers run off the first CPUs of the setter's set, the setter
+// keeps its own, and 0 (or a count that leaves no CPU) gives the data threads the whole set back.
+TEST(ThreadPriority, DataThreadsKeepOffTheTrainingCores) {
+  const std::vector<int> all = this_thread_cpus();
+  ASSERT_FALSE(all.empty());
+  const auto data_cpus = [] {
+    std::vector<std::vector<int>> seen(4);
+    std::thread data([&] {
+      become_data_thread();
+      parallel_for_workers(64, 4, [&](int64_t, int worker) {
+        seen[static_cast<size_t>(worker)] = this_thread_cpus();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the helpers come before the range is done
+      });
+    });
+    data.join();
+    return seen;
+  };
+  set_data_thread_reserved_cpus(1);
+  const std::vector<int> rest = all.size() > 1 ? std::vector<int>(all.begin() + 1, all.end()) : all;
+  EXPECT_EQ(data_thread_reserved_cpus(), all.size() > 1 ? 1 : 0);
+  std::vector<std::vector<int>> seen = data_cpus();
+  EXPECT_EQ(seen[0], rest) << "the data thread itself";
+  for (size_t w = 1; w < seen.size(); ++w)
+    if (!seen[w].empty()) EXPECT_EQ(seen[w], rest) << "helper " << w;
+  EXPECT_EQ(this_thread_cpus(), all) << "the thread that set it keeps its own";
+  set_data_thread_reserved_cpus(static_cast<int>(all.size()));
+  EXPECT_EQ(data_thread_reserved_cpus(), 0) << "a count that leaves no CPU keeps none";
+  EXPECT_EQ(data_cpus()[0], all);
+  set_data_thread_reserved_cpus(1);
+  set_data_thread_reserved_cpus(0);
+  seen = data_cpus();
+  EXPECT_EQ(seen[0], all);
+  for (size_t w = 1; w < seen.size(); ++w)
+    if (!seen[w].empty()) EXPECT_EQ(seen[w], all) << "helper " << w;
+}
 
 // GNU timeout, scancel and forwarding launchers deliver SIGTERM twice within milliseconds: one stop request, the
 // process lives on to write its checkpoint. A signal seconds later exits at once.

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "core/check.h"
@@ -149,6 +150,9 @@ Schema fields_of(Config& c) {
   s.add_int("data.thread_nice", &c.data.thread_nice,
             "CPU priority of the data threads below the training thread's (Linux niceness; 0 = the same)",
             closed(0, 19));
+  s.add_int("data.training_cores", &c.data.training_cores,
+            "CPUs kept for the training threads: the data threads run on the others (Linux affinity; 0 = anywhere)",
+            closed(0, 1024));
   s.add_int("data.prefetch", &c.data.prefetch, "batches prepared ahead of the train step", closed(1, 64));
   s.add_bool("data.drop_last", &c.data.drop_last, "drop the last incomplete training batch");
   s.add_list("data.mean", &c.data.mean, "per-channel mean on a 0..1 scale, empty = model default", 0, closed(0, 1));
@@ -680,6 +684,10 @@ void validate_config_for_run(const Config& c, bool cuda, int world_size) {
   if (c.data.decode == "cpu")  // the GPU decode path's keys, set away from their defaults, have nothing to set
     for (const KeySetting& k : gpu_decode_settings(c.data))
       fail(k.key, "sets the GPU decode path; data.decode is cpu (use gpu, hybrid or auto)");
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (c.data.training_cores > 0 && cores > 0 && c.data.training_cores >= cores)
+    fail("data.training_cores", str_cat(c.data.training_cores, " leaves no CPU for the data threads: this machine has ",
+                                        cores));
   if (c.data.gpu_decode_mosaic == 1)
     fail("data.gpu_decode_mosaic", "a mosaic of one window is the file on its own: 0 (off) or at least 2");
   if (c.data.gpu_decode_priority != "normal" && c.data.gpu_decode_sms > 0)

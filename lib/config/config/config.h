@@ -53,6 +53,7 @@ struct DataConfig {
   int64_t eval_batch_size = 0;
   int64_t workers = -1;
   int64_t thread_nice = 0;
+  int64_t training_cores = 0;
   int64_t prefetch = 2;
   bool drop_last = true;
   std::vector<double> mean;

@@ -1,7 +1,9 @@
 // The data threads' CPU priority below the training thread's: a step whose host thread launches the GPU's work
 // slows when the loader's threads take its core, though it never waits for a batch.
-// Linux niceness per thread (setpriority on the thread id); elsewhere nothing changes.
+// Linux niceness per thread (setpriority on the thread id), and optionally CPUs the data threads keep off (affinity);
+// elsewhere nothing changes.
 #pragma once
+#include <vector>
 
 namespace trainer {
 
@@ -15,5 +17,14 @@ void become_data_thread();
 
 // The calling thread's niceness (tests, logs); 0 where it cannot be read.
 int this_thread_nice();
+
+// The first `n` CPUs of the calling thread's CPU set kept for the training threads: data threads run on the rest from
+// their next become_data_thread() (data.training_cores; Linux affinity). 0, or an `n` that leaves no CPU: the whole
+// set again. The training threads are not pinned; the scheduler finds the kept CPUs idle.
+void set_data_thread_reserved_cpus(int n);
+int data_thread_reserved_cpus();
+
+// The CPUs the calling thread may run on (tests, logs); empty where they cannot be read.
+std::vector<int> this_thread_cpus();
 
 }  // namespace trainer

@@ -82,6 +82,7 @@ ImageLoaderOptions image_loader_options(const Config& cfg, const DataDefaults& d
   o.workers = d.workers > 0 ? static_cast<int>(d.workers) : std::max(1, (cores - 2) / std::max(1, ctx.local_world_size));
   o.prefetch = static_cast<int>(d.prefetch);
   set_data_thread_nice(static_cast<int>(d.thread_nice));  // process-wide: the thread pool serves every loader
+  set_data_thread_reserved_cpus(static_cast<int>(d.training_cores));
   o.dct_scale = d.dct_scale;
   o.crop_decode = d.crop_decode;
   o.cache_gb = d.cache_gb;
