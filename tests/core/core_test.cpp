@@ -153,21 +153,29 @@ template <class F> int in_child(F&& f) {
   return status;
 }
 
+// What `probe` reads on a data thread (at 0) and on the pool's helpers of one of its calls (1..3; `none` where a helper
+// came late and was not waited for).
+template <class T>
+std::vector<T> on_data_threads(const std::function<T()>& probe, const T& none) {
+  std::vector<T> seen(4, none);
+  std::thread data([&] {
+    become_data_thread();
+    parallel_for_workers(64, 4, [&](int64_t, int worker) {
+      seen[static_cast<size_t>(worker)] = probe();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the helpers come before the range is done
+    });
+  });
+  data.join();
+  return seen;
+}
+
 // data.thread_nice: a data thread and the pool's helpers of its calls take the niceness; the thread that set it
 // (the training thread) keeps its own. Not in a forked child: the pool's state would name threads the child lacks.
 // The helpers keep what they took (an unprivileged thread cannot lower it back), which no other test reads.
 TEST(ThreadPriority, DataThreadsAndThePoolsHelpersTakeTheNiceness) {
   const int before = this_thread_nice();
   set_data_thread_nice(7);
-  std::vector<int> seen(4, -1);
-  std::thread data([&] {
-    become_data_thread();
-    parallel_for_workers(64, 4, [&](int64_t, int worker) {
-      seen[static_cast<size_t>(worker)] = this_thread_nice();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the helpers come before the range is done
-    });
-  });
-  data.join();
+  const std::vector<int> seen = on_data_threads<int>(this_thread_nice, -1);
   EXPECT_EQ(seen[0], 7) << "the data thread itself";
   int helpers = 0;
   for (size_t w = 1; w < seen.size(); ++w) {
@@ -187,18 +195,7 @@ TEST(ThreadPriority, DataThreadsAndThePoolsHelpersTakeTheNiceness) {
 TEST(ThreadPriority, DataThreadsKeepOffTheTrainingCores) {
   const std::vector<int> all = this_thread_cpus();
   ASSERT_FALSE(all.empty());
-  const auto data_cpus = [] {
-    std::vector<std::vector<int>> seen(4);
-    std::thread data([&] {
-      become_data_thread();
-      parallel_for_workers(64, 4, [&](int64_t, int worker) {
-        seen[static_cast<size_t>(worker)] = this_thread_cpus();
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the helpers come before the range is done
-      });
-    });
-    data.join();
-    return seen;
-  };
+  const auto data_cpus = [] { return on_data_threads<std::vector<int>>(this_thread_cpus, {}); };
   set_data_thread_reserved_cpus(1);
   const std::vector<int> rest = all.size() > 1 ? std::vector<int>(all.begin() + 1, all.end()) : all;
   EXPECT_EQ(data_thread_reserved_cpus(), all.size() > 1 ? 1 : 0);
