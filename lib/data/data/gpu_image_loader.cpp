@@ -572,7 +572,8 @@ void GpuImageLoader::lay_out_mosaics(const EpochCursor& q, FileBatch& r, int thr
   std::vector<char> ok(groups.size(), 0);
   parallel_for(static_cast<int64_t>(groups.size()), threads, [&](int64_t g) {
     std::vector<MosaicPiece> pieces;
-    for (size_t i : groups[static_cast<size_t>(g)]) pieces.push_back({r.in[i].first, r.in[i].second, windows[i], &keys[i]});
+    for (size_t i : groups[static_cast<size_t>(g)])
+      pieces.push_back({r.in[i].first, r.in[i].second, windows[i], &keys[i]});
     ok[static_cast<size_t>(g)] = build_jpeg_mosaic(pieces, built[static_cast<size_t>(g)]);
   });
   for (size_t g = 0; g < groups.size(); ++g) {
