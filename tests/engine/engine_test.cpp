@@ -843,6 +843,8 @@ TEST(Observability, BenchJsonSchema) {
   EXPECT_GE(jp["data_wait_fraction"].get<double>(), 0.0);
   EXPECT_LT(jp["data_wait_fraction"].get<double>(), 1.0);
   EXPECT_FALSE(jp.contains("gpu_decode_timed")) << "no GPU decode here";
+  EXPECT_EQ(jp["data_threads"]["workers"], -1) << jp.dump();  // as given: the default
+  EXPECT_EQ(jp["data_threads"]["training_cores"], 0);
 }
 
 }  // namespace

@@ -158,6 +158,10 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
     j["decode"] = decode_name(ps);
     if (!t.train_loader().decision().empty()) j["decode_auto"] = t.train_loader().decision();
     record_gpu_decode_settings(cfg, j);
+    // the data threads' settings as given (workers -1: cores - 2)
+    j["data_threads"] = {{"workers", cfg.data.workers},
+                         {"thread_nice", cfg.data.thread_nice},
+                         {"training_cores", cfg.data.training_cores}};
     j["data_wait_fraction"] = wait_s / sec;  // of the timed steps' wall time, the host waited for batches
     const PipelineStats timed = pipeline_since(ps, before);
     // the loader's time
