@@ -215,6 +215,20 @@ TEST(ThreadPriority, DataThreadsKeepOffTheTrainingCores) {
     if (!seen[w].empty()) EXPECT_EQ(seen[w], all) << "helper " << w;
 }
 
+// A thread's context switches: each sleep is a voluntary one; nothing counts down.
+TEST(ThreadPriority, ContextSwitchesCountASleepingThreadsWaits) {
+  ThreadSwitches before, after;
+  std::thread t([&] {
+    before = this_thread_switches();
+    for (int i = 0; i < 20; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    after = this_thread_switches();
+  });
+  t.join();
+  ASSERT_GE(before.voluntary, 0) << "/proc/thread-self/status unreadable";
+  EXPECT_GE(after.voluntary - before.voluntary, 20);
+  EXPECT_GE(after.involuntary, before.involuntary);
+}
+
 // GNU timeout, scancel and forwarding launchers deliver SIGTERM twice within milliseconds: one stop request, the
 // process lives on to write its checkpoint. A signal seconds later exits at once.
 TEST(Signals, RepeatsWithinTheWindowAreOneRequestALaterOneExits) {

@@ -845,6 +845,8 @@ TEST(Observability, BenchJsonSchema) {
   EXPECT_FALSE(jp.contains("gpu_decode_timed")) << "no GPU decode here";
   EXPECT_EQ(jp["data_threads"]["workers"], -1) << jp.dump();  // as given: the default
   EXPECT_EQ(jp["data_threads"]["training_cores"], 0);
+  for (const char* k : {"voluntary", "involuntary"})
+    EXPECT_GE(jp["training_thread_switches_per_step"][k].get<double>(), 0.0) << k << ": " << jp.dump();
 }
 
 }  // namespace

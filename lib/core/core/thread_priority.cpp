@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <fstream>
 #include <mutex>
+#include <string>
 
 #ifdef __linux__
 #include <sched.h>
@@ -74,6 +76,20 @@ void set_data_thread_reserved_cpus(int n) {
 }
 
 int data_thread_reserved_cpus() { return g_reserved.load(); }
+
+ThreadSwitches this_thread_switches() {
+  ThreadSwitches s;
+  std::ifstream in("/proc/thread-self/status");
+  for (std::string line; std::getline(in, line);) {
+    const auto value = [&](const char* key) -> int64_t {
+      const std::string k = std::string(key) + ":";
+      return line.rfind(k, 0) == 0 ? std::stoll(line.substr(k.size())) : -1;
+    };
+    if (const int64_t v = value("voluntary_ctxt_switches"); v >= 0) s.voluntary = v;
+    if (const int64_t v = value("nonvoluntary_ctxt_switches"); v >= 0) s.involuntary = v;
+  }
+  return s;
+}
 
 std::vector<int> this_thread_cpus() {
   std::vector<int> out;

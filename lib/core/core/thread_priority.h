@@ -3,6 +3,7 @@
 // Linux niceness per thread (setpriority on the thread id), and optionally CPUs the data threads keep off (affinity);
 // elsewhere nothing changes.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 namespace trainer {
@@ -26,5 +27,12 @@ int data_thread_reserved_cpus();
 
 // The CPUs the calling thread may run on (tests, logs); empty where they cannot be read.
 std::vector<int> this_thread_cpus();
+
+// The calling thread's context switches so far (Linux /proc/thread-self/status; -1 where they cannot be read):
+// voluntary (it waited), involuntary (the scheduler took its CPU for another thread).
+struct ThreadSwitches {
+  int64_t voluntary = -1, involuntary = -1;
+};
+ThreadSwitches this_thread_switches();
 
 }  // namespace trainer

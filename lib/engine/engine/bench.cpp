@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/thread_priority.h"
 #include "data/auto_loader.h"
 #include "data/gpu_image_loader.h"
 #include "data/image_folder.h"
@@ -119,10 +120,12 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   reset_peak_memory(ctx.device);
   const PipelineStats before = pipeline ? t.train_loader().pipeline_stats() : PipelineStats{};
   wait_s = 0;
+  const ThreadSwitches switches0 = this_thread_switches();
   const auto t0 = std::chrono::steady_clock::now();
   run_steps(cfg.bench.steps);
   synchronize(ctx.device);
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const ThreadSwitches switches = this_thread_switches();
   const double loss = t.take_train_loss();
   if (ctx.dist) {
     ctx.dist->broadcast_buffers(*t.model());
@@ -153,6 +156,12 @@ BenchResult run_bench(const Config& cfg, const RunContext& ctx) {
   if (fused.second > 0) j["fused_norm"] = str_cat(fused.first, " of ", fused.second, " norm layers fused");
   j["warmup_steps"] = cfg.bench.warmup_steps;
   j["steps"] = cfg.bench.steps;
+  // the thread that runs the forward pass and the optimiser, over the timed steps: an involuntary switch is the
+  // scheduler giving its CPU to another thread (a data thread, say) while it had work
+  if (switches.involuntary >= 0 && switches0.involuntary >= 0)
+    j["training_thread_switches_per_step"] = {
+        {"voluntary", double(switches.voluntary - switches0.voluntary) / cfg.bench.steps},
+        {"involuntary", double(switches.involuntary - switches0.involuntary) / cfg.bench.steps}};
   if (pipeline) {
     const PipelineStats ps = t.train_loader().pipeline_stats();
     j["decode"] = decode_name(ps);
